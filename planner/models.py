@@ -1,0 +1,1 @@
+"""Scenarios, sizing runs and their results (built on in the scenarios issue)."""

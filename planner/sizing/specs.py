@@ -1,0 +1,243 @@
+"""Frozen input dataclasses of the sizing core.
+
+The core never touches the database: the Django layer (``planner.selectors``) maps catalog rows
+to these plain objects. All sizes are in base SI units unless a name says otherwise
+(``_gb`` = 1e9 bytes, ``_tb_s`` = 1e12 bytes/s, ``_tflops`` = 1e12 FLOP/s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Bytes per stored element, by precision name. int4/fp4 carry block-scale overhead on top
+#: (see ``WEIGHT_SCALE_OVERHEAD``).
+BYTES_PER_ELEMENT: dict[str, float] = {
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+    "fp4": 0.5,
+}
+
+#: Extra bytes per weight for block-scaled 4-bit formats: int4 (AWQ/GPTQ, group 128, one fp16
+#: scale + zero per group = 4 B / 128 weights), fp4 (NVFP4: one fp8 scale per 16 weights =
+#: 1 B / 16; MXFP4: one 8-bit scale per 32 = 1 B / 32; we use NVFP4's, the larger).
+WEIGHT_SCALE_OVERHEAD: dict[str, float] = {"int4": 4.0 / 128, "fp4": 1.0 / 16}
+
+#: Aliases accepted on input, mapped to the canonical precision names above.
+PRECISION_ALIASES: dict[str, str] = {
+    "nvfp4": "fp4",
+    "mxfp4": "fp4",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float8": "fp8",
+    "fp8_e4m3": "fp8",
+    "w4a16": "int4",
+    "awq": "int4",
+    "gptq": "int4",
+}
+
+
+def canonical_precision(name: str) -> str:
+    """Return the canonical precision name for ``name`` (case-insensitive), or raise ValueError."""
+    key = name.strip().lower()
+    key = PRECISION_ALIASES.get(key, key)
+    if key not in BYTES_PER_ELEMENT:
+        known = ", ".join(sorted(set(BYTES_PER_ELEMENT) | set(PRECISION_ALIASES)))
+        raise ValueError(f"unknown precision {name!r}; known: {known}")
+    return key
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU SKU.
+
+    ``dense_tflops`` maps a compute precision (bf16, fp8, fp4, int8) to its dense peak in
+    TFLOP/s (TOPS for int8); a precision missing there falls back to the next wider one the
+    GPU has (fp4 -> fp8 -> bf16), since the engine then computes in that wider type.
+    """
+
+    name: str
+    memory_gb: float
+    hbm_bandwidth_tb_s: float
+    dense_tflops: dict[str, float]
+    scale_up_link: str  # "nvlink", "infinity_fabric", "pcie"
+    scale_up_bw_gb_s: float  # bidirectional per GPU
+    gpus_per_node: int
+    scale_up_domain_gpus: int  # GPUs reachable on the scale-up link (NVL72: 72)
+    usd_per_gpu_hour: float = 0.0
+    #: One-way bandwidth per GPU off the scale-up domain (a 400 Gb/s NIC per GPU is 50 GB/s);
+    #: used for pipeline hops and expert all-to-alls that leave the NVLink/xGMI domain.
+    scale_out_gb_s: float = 50.0
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer, as the sizing chain needs it.
+
+    Attention layout
+    ----------------
+    - GQA/MHA: ``num_kv_heads`` heads of ``head_dim`` for K and for V.
+    - MLA (``kv_lora_rank > 0``): one latent of ``kv_lora_rank + qk_rope_head_dim`` per token
+      per layer, shared by all heads (replicated on every TP rank).
+    - Layer mix: ``full_attention_layers + sliding_window_layers + linear_attention_layers ==
+      num_layers``. A sliding (or chunked-local) layer holds at most ``sliding_window`` tokens;
+      a linear-attention layer holds a constant ``linear_state_elements`` per sequence.
+
+    Parameters
+    ----------
+    total_params, active_params : float
+        Whole model and per-token active count (MoE: non-expert + top-k routed + shared).
+    embedding_params : float
+        The input embedding table alone: resident in memory but only B rows of it are read per
+        decode step, so it is excluded from the bytes a step streams.
+    params_per_expert : float
+        One routed expert of one MoE layer (gate, up and down projections).
+    num_moe_layers : int
+        Layers that hold routed experts (DeepSeek's first dense layers and Llama 4 Maverick's
+        interleaving make this smaller than ``num_layers``).
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    total_params: float
+    active_params: float
+    embedding_params: float = 0.0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    full_attention_layers: int = -1  # -1: all layers are full attention
+    sliding_window_layers: int = 0
+    sliding_window: int = 0
+    linear_attention_layers: int = 0
+    linear_state_elements: int = 0  # per layer per sequence
+    num_experts: int = 0
+    experts_per_token: int = 0
+    shared_experts: int = 0
+    params_per_expert: float = 0.0
+    num_moe_layers: int = 0
+    max_context: int = 131072
+    #: Input embedding shared with the LM head: then the table *is* read every decode step.
+    tie_word_embeddings: bool = False
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def n_full_layers(self) -> int:
+        if self.full_attention_layers >= 0:
+            return self.full_attention_layers
+        return self.num_layers - self.sliding_window_layers - self.linear_attention_layers
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """Degrees of parallelism inside one serving instance (a replica).
+
+    ``dp`` is data parallelism inside the instance (for MoE: attention data-parallel with the
+    experts spread over ``ep``); GPUs per replica = tp * pp * dp.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    dp: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Serving-engine knobs that change memory and step time (vLLM names where they exist)."""
+
+    engine: str = "vllm"
+    gpu_memory_utilization: float = 0.90
+    max_num_batched_tokens: int = 8192  # chunked-prefill token budget per step
+    max_num_seqs: int = 1024
+    block_size: int = 16
+    runtime_overhead_gb: float = 2.0  # CUDA context, CUDA graphs, NCCL buffers, per GPU
+    #: Activation workspace per prefill-budget token per unit of hidden size (bytes): about 12
+    #: hidden-wide bf16 tensors alive at the peak of a layer (residual, normed input, q/k/v,
+    #: attention output, the MLP's gate/up/activation at ~3.5x hidden) -> 24 B. See memory.py.
+    workspace_bytes_per_token_hidden: float = 24.0
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Efficiency constants of the roofline; the calibration issue fits them from measurements.
+
+    Attributes
+    ----------
+    eta_mem : achieved fraction of HBM bandwidth in decode.
+    eta_flop_decode, eta_flop_prefill : achieved fraction of dense peak FLOP/s.
+    step_overhead_s : fixed per-step cost (scheduler, kernel launches, sampling).
+    allreduce_latency_s : per all-reduce latency on the scale-up link.
+    link_efficiency : achieved fraction of the link's one-way bandwidth.
+    """
+
+    name: str = "physics defaults"
+    eta_mem: float = 0.80
+    eta_flop_decode: float = 0.60
+    eta_flop_prefill: float = 0.55
+    step_overhead_s: float = 0.004
+    allreduce_latency_s: float = 8e-6
+    link_efficiency: float = 0.70
+    relative_error: float = 0.25  # +-band carried through the chain when no fit exists
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Offered load. ``peak_rps`` sizes the fleet; ``mean_rps`` sets utilization and cost."""
+
+    peak_rps: float
+    mean_rps: float
+    prompt_tokens_mean: float
+    output_tokens_mean: float
+    prompt_tokens_p95: float | None = None
+    output_tokens_p95: float | None = None
+    shared_prefix_tokens: float = 0.0
+    prefix_hit_rate: float = 0.0
+    hourly_rps: tuple[float, ...] = field(default_factory=tuple)  # optional 24-value profile
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Latency targets at a percentile, and the share of requests that must meet both."""
+
+    ttft_ms: float
+    tpot_ms: float
+    percentile: float = 95.0
+    goodput_target: float = 0.99
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How much spare capacity to provision on top of the SLO-bound operating point."""
+
+    target_utilization: float = 0.70
+    spare_replicas: int = 1  # N+k
+    burst_factor: float = 1.0  # extra multiplier on peak for bursts within the hour
+    warm_pool_replicas: int = 0
+
+
+@dataclass(frozen=True)
+class ApiPrice:
+    """A hosted API alternative in $ per million tokens."""
+
+    input_usd_per_mtok: float
+    output_usd_per_mtok: float
+    cached_input_usd_per_mtok: float | None = None
+    label: str = ""
