@@ -113,6 +113,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 2_500_000  # bytes; a scenario or a benchmark uplo
 # Celery: no broker configured -> run tasks eagerly in this process (embedded default).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+if not CELERY_BROKER_URL:
+    # Never Celery's default amqp://localhost: a stray send must not reach some local broker.
+    CELERY_BROKER_URL = "memory://"
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -156,3 +159,26 @@ if not DEBUG:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_CONTENT_TYPE_NOSNIFF = True
     X_FRAME_OPTIONS = "DENY"
+
+# Sizing runs: candidates per Celery task, and when a silent run counts as stuck.
+SIZING_BATCH_SIZE = int(os.environ.get("SIZING_BATCH_SIZE", "64"))
+RUN_STALE_SECONDS = int(os.environ.get("RUN_STALE_SECONDS", "120"))
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) and not CELERY_RESULT_BACKEND:
+    # Only chord bookkeeping lives here (counts per batch); results are PostgreSQL rows.
+    CELERY_RESULT_BACKEND = CELERY_BROKER_URL
+CELERY_RESULT_EXPIRES = 3600
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # A message unacked this long (its worker died) is delivered again to another worker.
+    "visibility_timeout": int(os.environ.get("CELERY_VISIBILITY_TIMEOUT", "300")),
+    "socket_connect_timeout": 3,
+    # How often a worker sweeps for such messages (about interval x throttle seconds).
+    "unacked_restore_interval": int(os.environ.get("CELERY_UNACKED_RESTORE_INTERVAL", "10")),
+    "unacked_restore_throttle": int(os.environ.get("CELERY_UNACKED_RESTORE_THROTTLE", "3")),
+}
+CELERY_BROKER_CONNECTION_TIMEOUT = 3
+CELERY_BEAT_SCHEDULE = {
+    "requeue-stuck-runs": {"task": "planner.tasks.requeue_stuck_runs", "schedule": 60.0},
+}
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "headroom")
+# Fault-injection only (tests that kill a worker mid-run): seconds to sleep in each batch.
+SIZING_BATCH_DELAY_S = float(os.environ.get("SIZING_BATCH_DELAY_S", "0"))

@@ -1,1 +1,228 @@
-"""Scenarios, sizing runs and their results (built on in the scenarios issue)."""
+"""Scenarios (what a reviewer asks), sizing runs (one execution) and their per-candidate results."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from fleets.models import GpuSku, ModelArchitecture
+from pricing.models import PriceSheet
+
+PRECISIONS = ["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
+
+
+class Engine(models.TextChoices):
+    VLLM = "vllm", "vLLM"
+    SGLANG = "sglang", "SGLang"
+    TRTLLM = "trtllm", "TensorRT-LLM"
+
+
+class Tier(models.TextChoices):
+    ON_DEMAND = "on_demand", "on-demand"
+    RESERVED = "reserved", "reserved / committed"
+    SPOT = "spot", "spot"
+
+
+def _positive(value):
+    from django.core.exceptions import ValidationError
+
+    if value is not None and value <= 0:
+        raise ValidationError(f"must be greater than 0, got {value}")
+
+
+class Scenario(models.Model):
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="scenarios"
+    )
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True, db_index=True)
+
+    # traffic
+    peak_rps = models.FloatField("peak requests/s", validators=[_positive, MaxValueValidator(1e7)])
+    mean_rps = models.FloatField("mean requests/s", validators=[_positive, MaxValueValidator(1e7)])
+    hourly_rps = models.JSONField("24-hour profile (requests/s per hour)", default=list, blank=True)
+    prompt_tokens_mean = models.FloatField(validators=[_positive, MaxValueValidator(10_000_000)])
+    prompt_tokens_p95 = models.FloatField(
+        null=True, blank=True, validators=[_positive, MaxValueValidator(10_000_000)]
+    )
+    output_tokens_mean = models.FloatField(validators=[_positive, MaxValueValidator(1_000_000)])
+    output_tokens_p95 = models.FloatField(
+        null=True, blank=True, validators=[_positive, MaxValueValidator(1_000_000)]
+    )
+    shared_prefix_tokens = models.FloatField(default=0, validators=[MinValueValidator(0)])
+    prefix_hit_rate = models.FloatField(
+        default=0, validators=[MinValueValidator(0), MaxValueValidator(1)]
+    )
+
+    # SLOs
+    ttft_ms = models.FloatField("TTFT limit (ms)", validators=[_positive])
+    tpot_ms = models.FloatField("TPOT limit (ms)", validators=[_positive])
+    slo_percentile = models.FloatField(
+        default=95, validators=[MinValueValidator(50), MaxValueValidator(99.9)]
+    )
+    goodput_target = models.FloatField(default=0.99, validators=[_positive, MaxValueValidator(1)])
+
+    # candidates
+    candidate_models = models.ManyToManyField(ModelArchitecture, related_name="scenarios")
+    candidate_gpus = models.ManyToManyField(GpuSku, related_name="scenarios")
+    precisions = models.JSONField(default=list)
+    tp_options = models.JSONField(
+        "allowed TP degrees (empty: every valid one)", default=list, blank=True
+    )
+    pp_options = models.JSONField(default=list, blank=True)
+    ep_options = models.JSONField(default=list, blank=True)
+    engine = models.CharField(max_length=20, choices=Engine.choices, default=Engine.VLLM)
+    calibration_profile = models.CharField(
+        max_length=120, blank=True, help_text="Blank: the best profile for each GPU."
+    )
+
+    # pricing
+    price_sheet = models.ForeignKey(
+        PriceSheet,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        help_text="Blank: the sheet in force when the run starts.",
+    )
+    tier = models.CharField(max_length=20, choices=Tier.choices, default=Tier.ON_DEMAND)
+    api_provider = models.CharField(max_length=80, blank=True)
+    api_model = models.CharField(max_length=200, blank=True)
+    api_input_usd_per_mtok = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0)]
+    )
+    api_output_usd_per_mtok = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0)]
+    )
+
+    # policy
+    target_utilization = models.FloatField(
+        default=0.7, validators=[_positive, MaxValueValidator(1)]
+    )
+    spare_replicas = models.PositiveIntegerField("N+k spare replicas", default=1)
+    burst_factor = models.FloatField(
+        default=1.0, validators=[MinValueValidator(1), MaxValueValidator(100)]
+    )
+    warm_pool_replicas = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["owner", "-updated_at"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SizingRun(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    scenario = models.ForeignKey(Scenario, on_delete=models.CASCADE, related_name="runs")
+    status = models.CharField(
+        max_length=12, choices=Status.choices, default=Status.QUEUED, db_index=True
+    )
+    progress = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(100)])
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    enqueue_count = models.PositiveIntegerField(default=0)
+    inputs = models.JSONField(default=dict, help_text="Everything the run used, to recompute it.")
+    price_sheet = models.ForeignKey(
+        PriceSheet, null=True, on_delete=models.PROTECT, related_name="runs"
+    )
+    candidate_count = models.PositiveIntegerField(default=0)
+    batch_count = models.PositiveIntegerField(default=0)
+    batches_done = models.JSONField(default=list, help_text="Indices of batches saved.")
+    summary = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} of {self.scenario} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in {self.Status.SUCCEEDED, self.Status.FAILED}
+
+
+class CandidateResult(models.Model):
+    class Binding(models.TextChoices):
+        MEMORY = "memory"
+        TPOT = "tpot"
+        TTFT = "ttft"
+        THROUGHPUT = "throughput"
+
+    run = models.ForeignKey(SizingRun, on_delete=models.CASCADE, related_name="results")
+    candidate_key = models.CharField(max_length=200)
+    model_name = models.CharField(max_length=200)
+    gpu_slug = models.CharField(max_length=60)
+    gpu_name = models.CharField(max_length=100)
+    precision = models.CharField(max_length=10)
+    kv_precision = models.CharField(max_length=10)
+    tp = models.PositiveIntegerField()
+    pp = models.PositiveIntegerField(default=1)
+    ep = models.PositiveIntegerField(default=1)
+    gpus_per_replica = models.PositiveIntegerField()
+    fits = models.BooleanField()
+    reason = models.TextField(blank=True)
+    batch = models.PositiveIntegerField(default=0)
+    ttft_ms = models.FloatField(null=True)
+    tpot_ms = models.FloatField(null=True)
+    ttft_ms_p50 = models.FloatField(null=True)
+    ttft_ms_p95 = models.FloatField(null=True)
+    ttft_ms_p99 = models.FloatField(null=True)
+    tpot_ms_p50 = models.FloatField(null=True)
+    tpot_ms_p95 = models.FloatField(null=True)
+    tpot_ms_p99 = models.FloatField(null=True)
+    throughput_tok_s = models.FloatField(null=True, help_text="Output tokens/s per replica.")
+    replicas = models.PositiveIntegerField(default=0)
+    gpus = models.PositiveIntegerField(default=0)
+    usd_per_hour = models.FloatField(null=True)
+    usd_per_month = models.FloatField(null=True)
+    usd_per_mtok = models.FloatField(null=True)
+    tokens_per_usd = models.FloatField(null=True)
+    headroom = models.FloatField(null=True, help_text="1 - mean utilization of the fleet.")
+    binding_constraint = models.CharField(max_length=12, choices=Binding.choices, blank=True)
+    meets_slo = models.BooleanField(default=False)
+    recommended = models.BooleanField(default=False)
+    rank = models.PositiveIntegerField(null=True)
+    derivation = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["rank", "usd_per_month"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "candidate_key"], name="unique_run_candidate")
+        ]
+
+    def __str__(self) -> str:
+        return self.candidate_key
+
+
+class ShareLink(models.Model):
+    """A read-only link; only a hash of its token is stored."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    scenario = models.ForeignKey(Scenario, on_delete=models.CASCADE, related_name="share_links")
+    run = models.ForeignKey(SizingRun, null=True, blank=True, on_delete=models.CASCADE)
+    token_sha256 = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"share link {self.id} for {self.scenario}"

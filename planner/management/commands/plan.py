@@ -1,0 +1,86 @@
+"""`python manage.py plan SCENARIO.json [--json]`: the ranked comparison for a scenario file."""
+
+import json
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from planner.planning import PlanInputError, plan_document
+
+COLUMNS = [  # header, key, format
+    ("GPU", "gpu_name", "{}"), ("model", "model_name", "{}"), ("prec", "precision", "{}"),
+    ("TP", "tp", "{}"), ("batch", "batch", "{}"), ("replicas", "replicas", "{}"),
+    ("GPUs", "gpus", "{}"), ("TTFT ms", "ttft_ms", "{:.0f}"), ("TPOT ms", "tpot_ms", "{:.1f}"),
+    ("$/hour", "usd_per_hour", "{:,.2f}"), ("$/month", "usd_per_month", "{:,.0f}"),
+    ("$/M tok", "usd_per_mtok", "{:.3f}"), ("tok/$", "tokens_per_usd", "{:,.0f}"),
+    ("binding", "binding_constraint", "{}"),
+]  # fmt: skip
+
+
+def _cell(row: dict, key: str, fmt: str) -> str:
+    value = row.get(key)
+    return "-" if value is None else fmt.format(value)
+
+
+class Command(BaseCommand):
+    help = "Size a scenario file (traffic, SLOs, candidates, prices, API alternative)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("scenario", help="SCENARIO.json (see examples/)")
+        parser.add_argument(
+            "--json", action="store_true", dest="as_json", help="print the full result as JSON"
+        )
+        parser.add_argument("--top", type=int, default=15, help="rows in the table (default 15)")
+
+    def handle(self, *args, scenario, as_json: bool, top: int, **options):
+        document = self._read(scenario)
+        try:
+            result = plan_document(document)
+        except PlanInputError as exc:
+            raise CommandError(f"{scenario}: {exc}") from exc
+        if as_json:
+            self.stdout.write(json.dumps(result, indent=2, allow_nan=False))
+            return
+        self._table(result, top)
+
+    def _read(self, path: str):
+        try:
+            return json.loads(Path(path).read_text())
+        except OSError as exc:
+            raise CommandError(f"cannot read {path}: {exc.strerror}") from exc
+        except ValueError as exc:
+            raise CommandError(f"{path} is not valid JSON: {exc}") from exc
+
+    def _table(self, result: dict, top: int) -> None:
+        write = self.stdout.write
+        sheet = result["price_sheet"]
+        write(f"Scenario: {result['scenario']}")
+        if sheet:
+            write(f"Prices: {sheet['name']} v{sheet['version']}")
+        write("\nCheapest option meeting the SLOs, per GPU:")
+        for entry in result["per_gpu"]:
+            best = entry["recommended"]
+            if best is None:
+                write(f"  {entry['gpu_name']}: none — {entry['why_none']}")
+                continue
+            line = (
+                f"  {entry['gpu_name']}: {best['model_name']} {best['precision']} "
+                f"TP{best['tp']} x {best['replicas']} replicas = {best['gpus']} GPUs, "
+            )
+            if best["usd_per_month"] is None:
+                line += best["derivation"].get("price_note", "no price")
+            else:
+                line += (f"${best['usd_per_month']:,.0f}/month, "
+                         f"${best['usd_per_mtok']:.3f}/M tokens")  # fmt: skip
+            breakeven = (best.get("derivation") or {}).get("breakeven")
+            if breakeven and breakeven.get("crossing_tokens_per_month"):
+                line += (
+                    f"; beats the API above {breakeven['crossing_tokens_per_month']:.3g} tok/month"
+                )
+            write(line)
+        write(f"\nRanked candidates (top {top} of {len(result['rows'])}):")
+        rows = [[_cell(r, k, f) for _, k, f in COLUMNS] for r in result["rows"][:top]]
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, (h, _, _) in enumerate(COLUMNS)]
+        write("  ".join(h.ljust(w) for (h, _, _), w in zip(COLUMNS, widths, strict=True)))
+        for r in rows:
+            write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))

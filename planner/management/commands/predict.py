@@ -1,0 +1,61 @@
+"""`python manage.py predict IN.csv [-o OUT.csv]`: throughput and latency for benchmark rows."""
+
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from fleets.models import GpuSku, ModelArchitecture
+from planner.predict_io import Resolver, predict_csv
+from planner.selectors import catalog_index, gpu_spec, model_spec
+
+
+def catalog_resolver() -> Resolver:
+    index = catalog_index()
+    models = {m.pk: m for m in ModelArchitecture.objects.all()}
+    gpus = {g.pk: g for g in GpuSku.objects.all()}
+    return Resolver(
+        find_model=lambda name: model_spec(models[index.model_id(name)]),
+        find_gpu=lambda name: gpu_spec(gpus[index.gpu_id(name)]),
+    )
+
+
+class Command(BaseCommand):
+    help = (
+        "Predict fit, throughput (output tok/s) and median TTFT/TPOT for each row of a CSV "
+        "(model, gpu, num_gpus, tp, pp, ep, weight_precision, kv_precision, isl, osl, "
+        "concurrency[, engine]). Bad rows get fits=false and a reason."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("input", help="IN.csv ('-' for standard input)")
+        parser.add_argument("-o", "--output", help="OUT.csv (default: standard output)")
+
+    def handle(self, *args, input, output, **options):
+        started = time.perf_counter()
+        with ExitStack() as stack:
+            try:
+                source = (
+                    sys.stdin if input == "-" else stack.enter_context(Path(input).open(newline=""))
+                )
+            except OSError as exc:
+                raise CommandError(f"cannot read {input}: {exc.strerror}") from exc
+            try:
+                sink = (
+                    stack.enter_context(Path(output).open("w", newline=""))
+                    if output
+                    else self.stdout._out
+                )
+            except OSError as exc:
+                raise CommandError(f"cannot write {output}: {exc.strerror}") from exc
+            try:
+                counts = predict_csv(source, sink, catalog_resolver())
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise CommandError(f"{input}: {exc}") from exc
+        elapsed = time.perf_counter() - started
+        self.stderr.write(
+            f"{counts['rows']} rows ({counts['bad_rows']} bad, {counts['fits']} fit) "
+            f"in {elapsed:.2f} s"
+        )

@@ -1,0 +1,185 @@
+"""``predict``'s CSV contract: read benchmark-shaped rows, resolve names, call the core.
+
+A bad row (unknown model or GPU, a non-numeric length...) gets ``fits=false`` and its reason;
+the other rows still compute. Rows are resolved through a per-name cache, so 100,000 rows cost
+a few hundred distinct look-ups, and the core evaluates all good rows in one vectorized call.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from typing import TextIO
+
+import numpy as np
+
+from planner.sizing.chain import predict_rows
+from planner.sizing.specs import (
+    Calibration,
+    EngineSettings,
+    GpuSpec,
+    ModelSpec,
+    canonical_precision,
+)
+
+REQUIRED = ("model", "gpu", "num_gpus", "tp", "pp", "ep", "weight_precision", "kv_precision",
+            "isl", "osl", "concurrency")  # fmt: skip
+OUTPUT = (
+    "fits", "reason", "weights_gb_per_gpu", "kv_bytes_per_token", "kv_capacity_tokens",
+    "max_concurrency", "total_output_tok_s", "output_tok_s_per_gpu", "ttft_ms", "tpot_ms",
+)  # fmt: skip
+ENGINES = {"vllm", "sglang", "trtllm"}
+MAX_GPUS = 100_000
+MAX_TOKENS = 10_000_000
+
+
+class RowError(ValueError):
+    pass
+
+
+@dataclass
+class ParsedRow:
+    model: ModelSpec
+    gpu: GpuSpec
+    num_gpus: int
+    tp: int
+    pp: int
+    ep: int
+    weight_precision: str
+    kv_precision: str
+    isl: float
+    osl: float
+    concurrency: float
+    engine: str
+
+
+def _int(row: dict, field: str, default: int | None = None, high: int = MAX_GPUS) -> int:
+    text = (row.get(field) or "").strip()
+    if not text:
+        if default is None:
+            raise RowError(f"{field} is required")
+        return default
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise RowError(f"{field} is not a number: {text!r}") from exc
+    if not math.isfinite(value) or value != int(value) or not 1 <= value <= high:
+        raise RowError(f"{field} must be a whole number from 1 to {high}, got {text!r}")
+    return int(value)
+
+
+def _tokens(row: dict, field: str) -> float:
+    return float(_int(row, field, high=MAX_TOKENS))
+
+
+def _precision(text: str, field: str) -> str:
+    try:
+        return canonical_precision(text)
+    except ValueError as exc:
+        raise RowError(f"{field}: {exc}") from exc
+
+
+class Resolver:
+    """Caches name -> spec look-ups (the callables raise LookupError for unknown names)."""
+
+    def __init__(self, find_model, find_gpu):
+        self._find = {"model": find_model, "gpu": find_gpu}
+        self._cache: dict[tuple[str, str], object] = {}
+
+    def get(self, kind: str, name: str):
+        key = (kind, name.strip().lower())
+        if key not in self._cache:
+            try:
+                self._cache[key] = self._find[kind](name)
+            except LookupError as exc:
+                self._cache[key] = exc
+        value = self._cache[key]
+        if isinstance(value, Exception):
+            raise RowError(str(value.args[0] if value.args else value))
+        return value
+
+
+def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
+    model = resolver.get("model", row.get("model") or "")
+    gpu = resolver.get("gpu", row.get("gpu") or "")
+    weight = _precision(row.get("weight_precision") or "", "weight_precision")
+    kv_text = (row.get("kv_precision") or "").strip()
+    kv = _precision(kv_text, "kv_precision") if kv_text else ""
+    concurrency_text = (row.get("concurrency") or "").strip()
+    concurrency = float(_int(row, "concurrency", high=1_000_000)) if concurrency_text else math.nan
+    engine = (row.get("engine") or "vllm").strip().lower() or "vllm"
+    if engine not in ENGINES:
+        raise RowError(f"engine must be one of {', '.join(sorted(ENGINES))}, got {engine!r}")
+    return ParsedRow(model, gpu, _int(row, "num_gpus"), _int(row, "tp"), _int(row, "pp", 1),
+                     _int(row, "ep", 1), weight, kv, _tokens(row, "isl"), _tokens(row, "osl"),
+                     concurrency, engine)  # fmt: skip
+
+
+def _format(value) -> str:
+    if isinstance(value, bool | np.bool_):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    number = float(value)
+    if not math.isfinite(number):
+        return ""
+    if number == int(number) and abs(number) < 1e15:
+        return str(int(number))
+    return f"{number:.6g}"
+
+
+def predict_csv(
+    source: TextIO,
+    sink: TextIO,
+    resolver: Resolver,
+    calibration_for=lambda gpu, engine: Calibration(),
+) -> dict:
+    """Read IN.csv from ``source`` and write OUT.csv to ``sink``; return counts."""
+    reader = csv.DictReader(source)
+    header = reader.fieldnames or []
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise ValueError(f"input header lacks required column(s): {', '.join(missing)}")
+    rows = list(reader)
+    parsed: list[ParsedRow | None] = []
+    errors: dict[int, str] = {}
+    for i, row in enumerate(rows):
+        try:
+            parsed.append(parse_row(row, resolver))
+        except RowError as exc:
+            parsed.append(None)
+            errors[i] = str(exc)
+    good = [i for i, p in enumerate(parsed) if p is not None]
+    results = _predict(parsed, good, calibration_for)
+    writer = csv.writer(sink, lineterminator="\n")
+    extra = [c for c in OUTPUT if c not in header]
+    writer.writerow(list(header) + extra)
+    for i, row in enumerate(rows):
+        out = dict(row)
+        if i in errors:
+            out.update({c: "" for c in OUTPUT} | {"fits": "false", "reason": errors[i]})
+        else:
+            out.update({c: _format(v) for c, v in results[i].items()})
+        writer.writerow([out.get(c, "") for c in list(header) + extra])
+    return {"rows": len(rows), "bad_rows": len(errors),
+            "fits": sum(1 for r in results.values() if r["fits"])}  # fmt: skip
+
+
+def _predict(parsed: list, good: list[int], calibration_for) -> dict[int, dict]:
+    if not good:
+        return {}
+    rows = [parsed[i] for i in good]
+    engines = {e: EngineSettings(engine=e) for e in ENGINES}
+    prediction = predict_rows(
+        [r.model for r in rows], [r.gpu for r in rows],
+        np.array([r.num_gpus for r in rows]), np.array([r.tp for r in rows]),
+        np.array([r.pp for r in rows]), np.array([r.ep for r in rows]),
+        [r.weight_precision for r in rows], [r.kv_precision or None for r in rows],
+        np.array([r.isl for r in rows]), np.array([r.osl for r in rows]),
+        np.array([r.concurrency for r in rows]),
+        engine=[engines[r.engine] for r in rows],
+        calibration=[calibration_for(r.gpu, r.engine) for r in rows],
+    )  # fmt: skip
+    columns = {c: getattr(prediction, c).tolist() for c in OUTPUT}
+    return {i: {c: columns[c][k] for c in OUTPUT} for k, i in enumerate(good)}

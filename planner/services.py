@@ -1,0 +1,390 @@
+"""Writes: create and update scenarios, start sizing runs, share links.
+
+Views, the API and tasks call these; they hold no logic of their own. Every write validates
+first and saves inside one transaction, so bad input never leaves a half-saved row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from fleets.models import GpuSku, ModelArchitecture
+from planner import snapshot as snap
+from planner.models import PRECISIONS, Scenario, ShareLink, SizingRun
+from planner.selectors import (
+    catalog_index,
+    gpu_hour_price,
+    gpu_spec,
+    latest_price_sheet,
+    model_spec,
+)
+from planner.sizing.specs import (
+    ApiPrice,
+    Calibration,
+    EngineSettings,
+    Policy,
+    Slo,
+    Traffic,
+)
+from pricing.models import ApiTokenPrice, PriceSheet
+from pricing.services import price_sheet_lock
+
+log = logging.getLogger(__name__)
+
+SCALAR_FIELDS = [
+    "name", "description", "tags", "peak_rps", "mean_rps", "hourly_rps", "prompt_tokens_mean",
+    "prompt_tokens_p95", "output_tokens_mean", "output_tokens_p95", "shared_prefix_tokens",
+    "prefix_hit_rate", "ttft_ms", "tpot_ms", "slo_percentile", "goodput_target", "precisions",
+    "tp_options", "pp_options", "ep_options", "engine", "calibration_profile", "tier",
+    "api_provider", "api_model", "api_input_usd_per_mtok", "api_output_usd_per_mtok",
+    "target_utilization", "spare_replicas", "burst_factor", "warm_pool_replicas",
+]  # fmt: skip
+MAX_CANDIDATES = 20_000
+
+
+class Errors:
+    """Collects field errors; raises one ValidationError with all of them."""
+
+    def __init__(self):
+        self.by_field: dict[str, list[str]] = {}
+
+    def add(self, field: str, message: str) -> None:
+        self.by_field.setdefault(field, []).append(message)
+
+    def raise_if_any(self) -> None:
+        if self.by_field:
+            raise ValidationError(self.by_field)
+
+
+def _int_list(errors: Errors, field: str, values, low: int, high: int) -> list[int]:
+    if values in (None, ""):
+        return []
+    if not isinstance(values, list | tuple):
+        errors.add(field, "must be a list of integers")
+        return []
+    out = []
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            errors.add(field, f"{value!r} is not an integer from {low} to {high}")
+        else:
+            out.append(value)
+    return sorted(set(out))
+
+
+def _resolve(errors: Errors, field: str, names, finder) -> list[int]:
+    if not isinstance(names, list | tuple) or not names:
+        errors.add(field, "give at least one name")
+        return []
+    ids = []
+    for name in names:
+        try:
+            ids.append(finder(str(name)))
+        except LookupError as exc:
+            errors.add(field, str(exc))
+    return list(dict.fromkeys(ids))
+
+
+def _check_lengths(errors: Errors, data: dict) -> None:
+    for kind in ("prompt_tokens", "output_tokens"):
+        mean, p95 = data.get(f"{kind}_mean"), data.get(f"{kind}_p95")
+        if isinstance(mean, int | float) and isinstance(p95, int | float) and p95 < mean:
+            errors.add(f"{kind}_p95", f"p95 ({p95:g}) must be at least the mean ({mean:g})")
+    peak, mean = data.get("peak_rps"), data.get("mean_rps")
+    if isinstance(peak, int | float) and isinstance(mean, int | float) and mean > peak:
+        errors.add("mean_rps", f"mean rate ({mean:g}/s) cannot exceed the peak ({peak:g}/s)")
+    hourly = data.get("hourly_rps") or []
+    if hourly:
+        if not isinstance(hourly, list) or len(hourly) != 24:
+            errors.add("hourly_rps", "give 24 hourly values (requests/s), or none")
+        elif any(isinstance(v, bool) or not isinstance(v, int | float) or v < 0 for v in hourly):
+            errors.add("hourly_rps", "each hourly value must be a number >= 0")
+
+
+def _check_tp_divides_heads(errors: Errors, tp_options: list[int], model_ids: list[int]) -> None:
+    for row in ModelArchitecture.objects.filter(pk__in=model_ids):
+        for tp in tp_options:
+            if row.num_attention_heads % tp:
+                errors.add(
+                    "tp_options",
+                    f"TP {tp} does not divide the {row.num_attention_heads} attention heads "
+                    f"of {row.name}",
+                )
+
+
+@dataclass
+class CleanScenario:
+    scalars: dict
+    model_ids: list[int]
+    gpu_ids: list[int]
+    price_sheet: PriceSheet | None
+
+
+def clean_scenario_data(data: dict, *, partial_of: Scenario | None = None) -> CleanScenario:
+    """Validate scenario input (API body, form or plan file); raise ValidationError by field."""
+    if not isinstance(data, dict):
+        raise ValidationError({"non_field_errors": ["expected a JSON object"]})
+    errors = Errors()
+    base = {}
+    if partial_of is not None:
+        base = {f: getattr(partial_of, f) for f in SCALAR_FIELDS}
+    merged = base | {k: v for k, v in data.items() if k in SCALAR_FIELDS}
+    index = catalog_index()
+    if partial_of is not None and "models" not in data:
+        model_ids = list(partial_of.candidate_models.values_list("pk", flat=True))
+    else:
+        model_ids = _resolve(errors, "models", data.get("models"), index.model_id)
+    if partial_of is not None and "gpus" not in data:
+        gpu_ids = list(partial_of.candidate_gpus.values_list("pk", flat=True))
+    else:
+        gpu_ids = _resolve(errors, "gpus", data.get("gpus"), index.gpu_id)
+    precisions = merged.get("precisions") or []
+    if not isinstance(precisions, list) or not precisions:
+        errors.add("precisions", f"give at least one of {', '.join(PRECISIONS)}")
+    else:
+        bad = [p for p in precisions if str(p).lower() not in PRECISIONS]
+        if bad:
+            errors.add("precisions", f"unknown {bad}; known: {', '.join(PRECISIONS)}")
+        merged["precisions"] = list(dict.fromkeys(str(p).lower() for p in precisions))
+    merged["tp_options"] = _int_list(errors, "tp_options", merged.get("tp_options"), 1, 72)
+    merged["pp_options"] = _int_list(errors, "pp_options", merged.get("pp_options"), 1, 16)
+    merged["ep_options"] = _int_list(errors, "ep_options", merged.get("ep_options"), 1, 512)
+    tags = merged.get("tags") or []
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        errors.add("tags", "must be a list of strings")
+    _check_lengths(errors, merged)
+    if merged["tp_options"] and model_ids:
+        _check_tp_divides_heads(errors, merged["tp_options"], model_ids)
+    sheet = _price_sheet(errors, data, partial_of)
+    scenario = Scenario(**{k: v for k, v in merged.items() if k in SCALAR_FIELDS})
+    try:
+        scenario.clean_fields(exclude=["owner", "price_sheet"])
+    except ValidationError as exc:
+        for field, messages in exc.message_dict.items():
+            for message in messages:
+                errors.add(field, message)
+    errors.raise_if_any()
+    return CleanScenario(merged, model_ids, gpu_ids, sheet)
+
+
+def _price_sheet(errors: Errors, data: dict, partial_of: Scenario | None) -> PriceSheet | None:
+    if "price_sheet" not in data:
+        return partial_of.price_sheet if partial_of else None
+    value = data["price_sheet"]
+    if value in (None, ""):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        errors.add("price_sheet", "must be a price sheet id (integer) or null")
+        return None
+    sheet = PriceSheet.objects.filter(pk=value).first()
+    if sheet is None:
+        errors.add("price_sheet", f"price sheet {value} does not exist")
+    return sheet
+
+
+@transaction.atomic
+def scenario_create(*, owner, data: dict) -> Scenario:
+    clean = clean_scenario_data(data)
+    scenario = Scenario(owner=owner, price_sheet=clean.price_sheet, **clean.scalars)
+    scenario.save()
+    scenario.candidate_models.set(clean.model_ids)
+    scenario.candidate_gpus.set(clean.gpu_ids)
+    return scenario
+
+
+@transaction.atomic
+def scenario_update(*, scenario: Scenario, data: dict) -> Scenario:
+    clean = clean_scenario_data(data, partial_of=scenario)
+    for key, value in clean.scalars.items():
+        setattr(scenario, key, value)
+    scenario.price_sheet = clean.price_sheet
+    scenario.save()
+    scenario.candidate_models.set(clean.model_ids)
+    scenario.candidate_gpus.set(clean.gpu_ids)
+    return scenario
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def _tp_choices(scenario: Scenario, model: ModelArchitecture, gpu: GpuSku) -> list[int]:
+    """Allowed TP degrees, or every power of two inside one node that divides the heads."""
+    if scenario.tp_options:
+        return scenario.tp_options
+    limit = min(gpu.gpus_per_node, gpu.scale_up_domain_gpus, 8)
+    return [tp for tp in (1, 2, 4, 8) if tp <= limit and model.num_attention_heads % tp == 0]
+
+
+def _ep_choices(scenario: Scenario, model: ModelArchitecture, tp: int) -> list[int]:
+    if scenario.ep_options:
+        return scenario.ep_options
+    return [tp] if model.num_experts and tp > 1 else [1]
+
+
+def expand_candidates(scenario: Scenario, models, gpus) -> list[dict]:
+    """model x GPU x precision x TP x PP x EP, as plain dicts keyed by catalog slugs."""
+    rows = []
+    for model in models:
+        for gpu in gpus:
+            for precision in scenario.precisions:
+                for tp in _tp_choices(scenario, model, gpu):
+                    for pp in scenario.pp_options or [1]:
+                        for ep in _ep_choices(scenario, model, tp):
+                            key = f"{model.slug}|{gpu.slug}|{precision}|tp{tp}|pp{pp}|ep{ep}"
+                            rows.append({"key": key, "model": model.slug, "gpu": gpu.slug,
+                                         "precision": precision, "kv_precision": "",
+                                         "tp": tp, "pp": pp, "ep": ep})  # fmt: skip
+    return rows
+
+
+def _api_price(scenario: Scenario, sheet: PriceSheet | None) -> ApiPrice | None:
+    if scenario.api_input_usd_per_mtok is not None and scenario.api_output_usd_per_mtok is not None:
+        label = f"{scenario.api_provider} {scenario.api_model}".strip() or "explicit API price"
+        return ApiPrice(scenario.api_input_usd_per_mtok, scenario.api_output_usd_per_mtok,
+                        label=label)  # fmt: skip
+    if scenario.api_model and sheet is not None:
+        rows = ApiTokenPrice.objects.filter(sheet=sheet, model__iexact=scenario.api_model)
+        if scenario.api_provider:
+            rows = rows.filter(provider__iexact=scenario.api_provider)
+        row = rows.first()
+        if row:
+            return ApiPrice(
+                row.input_usd_per_mtok,
+                row.output_usd_per_mtok,
+                row.cached_input_usd_per_mtok,
+                f"{row.provider} {row.model}",
+            )
+    return None
+
+
+def build_inputs_snapshot(scenario: Scenario, sheet: PriceSheet | None, models=None,
+                          gpus=None) -> dict:  # fmt: skip
+    """Everything a run needs, frozen as JSON (see planner.snapshot).
+
+    ``models`` and ``gpus`` default to the scenario's; pass them for an unsaved scenario.
+    """
+    models = list(scenario.candidate_models.all()) if models is None else list(models)
+    gpus = list(scenario.candidate_gpus.all()) if gpus is None else list(gpus)
+    prices, missing = {}, []
+    for gpu in gpus:
+        row = gpu_hour_price(sheet, gpu.slug, scenario.tier) if sheet else None
+        prices[gpu.slug] = row.usd_per_gpu_hour if row else 0.0
+        if row is None:
+            missing.append(gpu.name)
+    traffic = Traffic(
+        peak_rps=scenario.peak_rps, mean_rps=scenario.mean_rps,
+        prompt_tokens_mean=scenario.prompt_tokens_mean,
+        output_tokens_mean=scenario.output_tokens_mean,
+        prompt_tokens_p95=scenario.prompt_tokens_p95,
+        output_tokens_p95=scenario.output_tokens_p95,
+        shared_prefix_tokens=scenario.shared_prefix_tokens,
+        prefix_hit_rate=scenario.prefix_hit_rate,
+        hourly_rps=tuple(scenario.hourly_rps or ()),
+    )  # fmt: skip
+    api = _api_price(scenario, sheet)
+    return {
+        "version": snap.SNAPSHOT_VERSION,
+        "scenario": {"id": scenario.pk, "name": scenario.name},
+        "traffic": snap.to_json(traffic),
+        "slo": snap.to_json(Slo(scenario.ttft_ms, scenario.tpot_ms, scenario.slo_percentile,
+                                scenario.goodput_target)),
+        "policy": snap.to_json(Policy(scenario.target_utilization, scenario.spare_replicas,
+                                      scenario.burst_factor, scenario.warm_pool_replicas)),
+        "api_price": snap.to_json(api) if api else None,
+        "engine": snap.to_json(EngineSettings(engine=scenario.engine)),
+        "calibrations": {g.slug: snap.to_json(Calibration()) for g in gpus},
+        "models": {m.slug: snap.to_json(model_spec(m)) for m in models},
+        "gpus": {g.slug: snap.to_json(gpu_spec(g, prices[g.slug])) for g in gpus},
+        "gpu_names": {g.slug: g.name for g in gpus},
+        "tier": scenario.tier,
+        "price_sheet": {"id": sheet.pk, "name": sheet.name, "version": sheet.version}
+        if sheet else None,
+        "gpus_without_price": missing,
+        "candidates": expand_candidates(scenario, models, gpus),
+    }  # fmt: skip
+
+
+class WorkersUnavailable(RuntimeError):
+    """The broker could not take the job; the run is saved and will be enqueued later."""
+
+
+@transaction.atomic
+def _create_run(scenario: Scenario) -> SizingRun:
+    sheet = scenario.price_sheet or latest_price_sheet()
+    inputs = build_inputs_snapshot(scenario, sheet)
+    count = len(inputs["candidates"])
+    if count == 0:
+        raise ValidationError({"candidates": ["no valid candidate (model x GPU x TP) to size"]})
+    if count > MAX_CANDIDATES:
+        raise ValidationError(
+            {
+                "candidates": [
+                    f"{count} candidates exceed the limit of {MAX_CANDIDATES}; narrow the choices"
+                ]
+            }
+        )
+    size = settings.SIZING_BATCH_SIZE
+    batches = (count + size - 1) // size
+    run = SizingRun.objects.create(scenario=scenario, inputs=inputs, price_sheet=sheet,
+                                   candidate_count=count, batch_count=batches)  # fmt: skip
+    if sheet is not None:
+        price_sheet_lock(sheet)
+    return run
+
+
+def sizing_run_start(*, scenario: Scenario) -> SizingRun:
+    """Save a queued run with its inputs snapshot, then enqueue the Celery chain.
+
+    If the broker is down the run stays saved as queued and ``WorkersUnavailable`` is raised;
+    the beat task ``requeue_stuck_runs`` enqueues it once the broker is back.
+    """
+    from planner import tasks
+
+    run = _create_run(scenario)
+    try:
+        tasks.enqueue_run(run.pk)
+    except tasks.BROKER_ERRORS as exc:
+        log.warning("broker unavailable for run %s: %s", run.pk, exc)
+        raise WorkersUnavailable(
+            f"run {run.pk} is saved and queued; workers are unavailable right now ({exc})"
+        ) from exc
+    run.refresh_from_db()
+    return run
+
+
+# --------------------------------------------------------------------------- share links
+
+
+def hash_share_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def share_link_create(*, user, scenario: Scenario, run: SizingRun | None = None,
+                      expires_at=None) -> tuple[ShareLink, str]:  # fmt: skip
+    """Create a read-only link; return it with the raw token (shown once, stored hashed)."""
+    if run is not None and run.scenario_id != scenario.pk:
+        raise ValidationError({"run": ["this run belongs to another scenario"]})
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValidationError({"expires_at": ["must be in the future"]})
+    token = secrets.token_urlsafe(32)  # 256 bits
+    link = ShareLink.objects.create(
+        scenario=scenario,
+        run=run,
+        created_by=user,
+        token_sha256=hash_share_token(token),
+        expires_at=expires_at,
+    )
+    return link, token
+
+
+def share_link_revoke(*, link: ShareLink) -> None:
+    if link.revoked_at is None:
+        link.revoked_at = timezone.now()
+        link.save(update_fields=["revoked_at"])

@@ -1,0 +1,375 @@
+"""``CandidateArrays``: the struct-of-arrays every sizing function works on.
+
+One row is one deployable configuration: model x GPU x weight/KV precision x TP/PP/EP/DP x
+engine settings x calibration. Specs are gathered once into flat numpy arrays (one value per
+row), so the physics in memory.py / steptime.py is plain array arithmetic over thousands to
+millions of rows with no Python loop. Units are in the names; bytes and seconds are base units.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from planner.sizing.precision import (
+    PRECISIONS,
+    compute_precision,
+    default_kv_precision,
+    kv_bytes_per_element,
+    peak_flops,
+    weight_bytes_per_param,
+)
+from planner.sizing.specs import (
+    Calibration,
+    EngineSettings,
+    GpuSpec,
+    ModelSpec,
+    canonical_precision,
+)
+
+_MODEL_FIELDS = {
+    # array name: (ModelSpec attribute or callable, dtype)
+    "num_layers": ("num_layers", np.float64),
+    "hidden_size": ("hidden_size", np.float64),
+    "num_attention_heads": ("num_attention_heads", np.int64),
+    "num_kv_heads": ("num_kv_heads", np.int64),
+    "head_dim": ("head_dim", np.float64),
+    "vocab_size": ("vocab_size", np.float64),
+    "total_params": ("total_params", np.float64),
+    "active_params": ("active_params", np.float64),
+    "embedding_params": ("embedding_params", np.float64),
+    "tied_embeddings": ("tie_word_embeddings", np.bool_),
+    "kv_lora_rank": ("kv_lora_rank", np.float64),
+    "qk_rope_head_dim": ("qk_rope_head_dim", np.float64),
+    "full_layers": (lambda m: m.n_full_layers, np.float64),
+    "sliding_layers": ("sliding_window_layers", np.float64),
+    "sliding_window": ("sliding_window", np.float64),
+    "linear_layers": ("linear_attention_layers", np.float64),
+    "linear_state_elements": ("linear_state_elements", np.float64),
+    "num_experts": ("num_experts", np.float64),
+    "experts_per_token": ("experts_per_token", np.float64),
+    "shared_experts": ("shared_experts", np.float64),
+    "params_per_expert": ("params_per_expert", np.float64),
+    "num_moe_layers": ("num_moe_layers", np.float64),
+    "max_context": ("max_context", np.float64),
+}
+
+_GPU_FIELDS = {
+    "memory_bytes": (lambda g: g.memory_gb * 1e9, np.float64),
+    "hbm_bytes_s": (lambda g: g.hbm_bandwidth_tb_s * 1e12, np.float64),
+    # The catalog quotes scale-up bandwidth bidirectional; a ring all-reduce sends one way.
+    "link_bytes_s": (lambda g: g.scale_up_bw_gb_s * 1e9 / 2.0, np.float64),
+    "scale_out_bytes_s": (lambda g: g.scale_out_gb_s * 1e9, np.float64),
+    "gpus_per_node": ("gpus_per_node", np.int64),
+    "scale_up_domain_gpus": ("scale_up_domain_gpus", np.int64),
+    "usd_per_gpu_hour": ("usd_per_gpu_hour", np.float64),
+}
+
+_ENGINE_FIELDS = {
+    "gpu_memory_utilization": ("gpu_memory_utilization", np.float64),
+    "max_num_batched_tokens": ("max_num_batched_tokens", np.float64),
+    "max_num_seqs": ("max_num_seqs", np.float64),
+    "block_size": ("block_size", np.float64),
+    "runtime_overhead_bytes": (lambda e: e.runtime_overhead_gb * 1e9, np.float64),
+    "workspace_bytes_per_token_hidden": ("workspace_bytes_per_token_hidden", np.float64),
+}
+
+_CALIBRATION_FIELDS = {
+    "eta_mem": ("eta_mem", np.float64),
+    "eta_flop_decode": ("eta_flop_decode", np.float64),
+    "eta_flop_prefill": ("eta_flop_prefill", np.float64),
+    "step_overhead_s": ("step_overhead_s", np.float64),
+    "allreduce_latency_s": ("allreduce_latency_s", np.float64),
+    "link_efficiency": ("link_efficiency", np.float64),
+}
+
+
+def _table(objs: Sequence[Any], spec: dict) -> dict[str, np.ndarray]:
+    """One array per field over the unique objects (the gather source)."""
+    out = {}
+    for name, (attr, dtype) in spec.items():
+        get = attr if callable(attr) else (lambda o, a=attr: getattr(o, a))
+        out[name] = np.array([get(o) for o in objs], dtype=dtype)
+    return out
+
+
+def _factorize_objects(value: Any, n: int, kind: type) -> tuple[list, np.ndarray]:
+    """(unique objects, index per row) for one object or a sequence of n objects.
+
+    Specs hold dicts, so they are unhashable: identity is the key. Equal-but-distinct objects
+    simply become two table rows, which costs nothing.
+    """
+    if isinstance(value, kind):
+        return [value], np.zeros(n, dtype=np.int64)
+    seen: dict[int, int] = {}
+    uniq: list = []
+    idx = np.empty(n, dtype=np.int64)
+    for i, obj in enumerate(value):
+        j = seen.get(id(obj))
+        if j is None:
+            j = seen[id(obj)] = len(uniq)
+            uniq.append(obj)
+        idx[i] = j
+    return uniq, idx
+
+
+def precision_codes(values: Any, n: int) -> np.ndarray:
+    """Index into ``PRECISIONS`` per row, from a string or a sequence of strings/None."""
+    if isinstance(values, str):
+        return np.full(n, PRECISIONS.index(canonical_precision(values)), dtype=np.int64)
+    arr = np.asarray(values)
+    if arr.dtype.kind in "iu":
+        return np.broadcast_to(arr.astype(np.int64), (n,)).copy()
+    cache: dict[Any, int] = {}
+    out = np.empty(n, dtype=np.int64)
+    for i, v in enumerate(values):
+        c = cache.get(v)
+        if c is None:
+            c = cache[v] = (
+                -1
+                if v is None or v == "" or v == "auto"
+                else PRECISIONS.index(canonical_precision(v))
+            )
+        out[i] = c
+    return out
+
+
+def _length(*values: Any) -> int:
+    n = 1
+    for v in values:
+        if isinstance(v, (str, ModelSpec, GpuSpec, EngineSettings, Calibration)) or v is None:
+            continue
+        if np.ndim(v) > 0:
+            n = max(n, len(v))
+    return n
+
+
+@dataclass(frozen=True)
+class CandidateArrays:
+    """Per-row arrays of everything the sizing chain reads (see the module docstring).
+
+    Units: params are counts; ``*_bytes`` bytes; ``*_bytes_s`` bytes/s; ``peak_flops`` FLOP/s;
+    ``*_s`` seconds; ``weight_bytes_per_param`` and ``kv_bytes_per_element`` B/element.
+    ``models``/``gpus`` are the unique specs; ``model_index``/``gpu_index`` point into them.
+    """
+
+    models: tuple[ModelSpec, ...]
+    gpus: tuple[GpuSpec, ...]
+    model_index: np.ndarray
+    gpu_index: np.ndarray
+    weight_precision_code: np.ndarray  # index into precision.PRECISIONS
+    kv_precision_code: np.ndarray
+    # model
+    num_layers: np.ndarray
+    hidden_size: np.ndarray
+    num_attention_heads: np.ndarray
+    num_kv_heads: np.ndarray
+    head_dim: np.ndarray
+    vocab_size: np.ndarray
+    total_params: np.ndarray
+    active_params: np.ndarray
+    embedding_params: np.ndarray
+    tied_embeddings: np.ndarray
+    kv_lora_rank: np.ndarray
+    qk_rope_head_dim: np.ndarray
+    full_layers: np.ndarray
+    sliding_layers: np.ndarray
+    sliding_window: np.ndarray
+    linear_layers: np.ndarray
+    linear_state_elements: np.ndarray
+    num_experts: np.ndarray
+    experts_per_token: np.ndarray
+    shared_experts: np.ndarray
+    params_per_expert: np.ndarray
+    num_moe_layers: np.ndarray
+    max_context: np.ndarray
+    # gpu
+    memory_bytes: np.ndarray
+    hbm_bytes_s: np.ndarray
+    link_bytes_s: np.ndarray
+    scale_out_bytes_s: np.ndarray
+    gpus_per_node: np.ndarray
+    scale_up_domain_gpus: np.ndarray
+    usd_per_gpu_hour: np.ndarray
+    # precision
+    weight_bytes_per_param: np.ndarray
+    kv_bytes_per_element: np.ndarray
+    peak_flops: np.ndarray
+    # parallelism
+    tp: np.ndarray
+    pp: np.ndarray
+    ep: np.ndarray
+    dp: np.ndarray
+    # engine
+    gpu_memory_utilization: np.ndarray
+    max_num_batched_tokens: np.ndarray
+    max_num_seqs: np.ndarray
+    block_size: np.ndarray
+    runtime_overhead_bytes: np.ndarray
+    workspace_bytes_per_token_hidden: np.ndarray
+    # calibration
+    eta_mem: np.ndarray
+    eta_flop_decode: np.ndarray
+    eta_flop_prefill: np.ndarray
+    step_overhead_s: np.ndarray
+    allreduce_latency_s: np.ndarray
+    link_efficiency: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def build(
+        cls,
+        models: ModelSpec | Sequence[ModelSpec],
+        gpus: GpuSpec | Sequence[GpuSpec],
+        weight_precision: str | Sequence[str],
+        kv_precision: str | Sequence[str | None] | None = None,
+        tp: int | Sequence[int] = 1,
+        pp: int | Sequence[int] = 1,
+        ep: int | Sequence[int] = 1,
+        dp: int | Sequence[int] = 1,
+        engine: EngineSettings | Sequence[EngineSettings] | None = None,
+        calibration: Calibration | Sequence[Calibration] | None = None,
+        usd_per_gpu_hour: float | Sequence[float] | None = None,
+    ) -> CandidateArrays:
+        """Rows from specs; each argument is one value (broadcast) or a sequence of n values.
+
+        ``kv_precision`` None/''/'auto' picks ``precision.default_kv_precision``.
+        ``usd_per_gpu_hour`` overrides ``GpuSpec.usd_per_gpu_hour`` when given.
+        """
+        n = _length(
+            models,
+            gpus,
+            weight_precision,
+            kv_precision,
+            tp,
+            pp,
+            ep,
+            dp,
+            engine,
+            calibration,
+            usd_per_gpu_hour,
+        )
+        m_uniq, m_idx = _factorize_objects(models, n, ModelSpec)
+        g_uniq, g_idx = _factorize_objects(gpus, n, GpuSpec)
+        e_uniq, e_idx = _factorize_objects(engine or EngineSettings(), n, EngineSettings)
+        c_uniq, c_idx = _factorize_objects(calibration or Calibration(), n, Calibration)
+        w_code = precision_codes(weight_precision, n)
+        kv_code = precision_codes(kv_precision if kv_precision is not None else [None] * n, n)
+        return cls.from_tables(
+            m_uniq,
+            g_uniq,
+            m_idx,
+            g_idx,
+            w_code,
+            kv_code,
+            tp,
+            pp,
+            ep,
+            dp,
+            e_uniq,
+            e_idx,
+            c_uniq,
+            c_idx,
+            usd_per_gpu_hour,
+        )
+
+    @classmethod
+    def from_tables(
+        cls,
+        models: Sequence[ModelSpec],
+        gpus: Sequence[GpuSpec],
+        model_index: np.ndarray,
+        gpu_index: np.ndarray,
+        weight_precision_code: np.ndarray,
+        kv_precision_code: np.ndarray,
+        tp: Any = 1,
+        pp: Any = 1,
+        ep: Any = 1,
+        dp: Any = 1,
+        engines: Sequence[EngineSettings] = (EngineSettings(),),
+        engine_index: Any = 0,
+        calibrations: Sequence[Calibration] = (Calibration(),),
+        calibration_index: Any = 0,
+        usd_per_gpu_hour: Any = None,
+    ) -> CandidateArrays:
+        """Fast path: unique spec tables plus integer index arrays (what the bench and
+        ``predict_rows`` use). ``kv_precision_code`` -1 means the default for the weights."""
+        model_index = np.asarray(model_index, dtype=np.int64)
+        gpu_index = np.asarray(gpu_index, dtype=np.int64)
+        n = max(len(model_index), len(gpu_index), np.size(weight_precision_code))
+        model_index = np.broadcast_to(model_index, (n,))
+        gpu_index = np.broadcast_to(gpu_index, (n,))
+        w_code = np.broadcast_to(np.asarray(weight_precision_code, dtype=np.int64), (n,))
+        kv_code = np.broadcast_to(np.asarray(kv_precision_code, dtype=np.int64), (n,)).copy()
+        default_kv = np.array([PRECISIONS.index(default_kv_precision(p)) for p in PRECISIONS])
+        kv_code = np.where(kv_code < 0, default_kv[w_code], kv_code)
+
+        cols: dict[str, Any] = {}
+        for name, arr in _table(models, _MODEL_FIELDS).items():
+            cols[name] = arr[model_index]
+        for name, arr in _table(gpus, _GPU_FIELDS).items():
+            cols[name] = arr[gpu_index]
+        e_idx = np.broadcast_to(np.asarray(engine_index, dtype=np.int64), (n,))
+        for name, arr in _table(engines, _ENGINE_FIELDS).items():
+            cols[name] = arr[e_idx]
+        c_idx = np.broadcast_to(np.asarray(calibration_index, dtype=np.int64), (n,))
+        for name, arr in _table(calibrations, _CALIBRATION_FIELDS).items():
+            cols[name] = arr[c_idx]
+        if usd_per_gpu_hour is not None:
+            price = np.asarray(usd_per_gpu_hour, dtype=np.float64)
+            cols["usd_per_gpu_hour"] = np.broadcast_to(price, (n,)).astype(np.float64)
+
+        w_bytes = np.array([weight_bytes_per_param(p) for p in PRECISIONS])
+        kv_bytes = np.array([kv_bytes_per_element(p) for p in PRECISIONS])
+        peaks = np.array([[peak_flops(g, p) for p in PRECISIONS] for g in gpus])
+        cols["weight_bytes_per_param"] = w_bytes[w_code]
+        cols["kv_bytes_per_element"] = kv_bytes[kv_code]
+        cols["peak_flops"] = peaks[gpu_index, w_code]
+        for name, v in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp)):
+            cols[name] = np.broadcast_to(np.asarray(v, dtype=np.int64), (n,)).copy()
+        return cls(
+            models=tuple(models),
+            gpus=tuple(gpus),
+            model_index=np.ascontiguousarray(model_index),
+            gpu_index=np.ascontiguousarray(gpu_index),
+            weight_precision_code=np.ascontiguousarray(w_code),
+            kv_precision_code=kv_code,
+            **cols,
+        )
+
+    # ------------------------------------------------------------------ helpers
+    def take(self, rows: np.ndarray) -> CandidateArrays:
+        """Rows ``rows`` (an index array, repeats allowed): expand candidates over a grid."""
+        changes = {
+            f.name: getattr(self, f.name)[rows]
+            for f in dataclasses.fields(self)
+            if f.name not in ("models", "gpus")
+        }
+        return dataclasses.replace(self, **changes)
+
+    def model_name(self, i: int) -> str:
+        return self.models[self.model_index[i]].name
+
+    def gpu_name(self, i: int) -> str:
+        return self.gpus[self.gpu_index[i]].name
+
+    def weight_precision(self, i: int) -> str:
+        return PRECISIONS[self.weight_precision_code[i]]
+
+    def kv_precision(self, i: int) -> str:
+        return PRECISIONS[self.kv_precision_code[i]]
+
+    def compute_precision(self, i: int) -> str:
+        return compute_precision(self.gpus[self.gpu_index[i]], self.weight_precision(i))
+
+    @property
+    def gpus_per_instance(self) -> np.ndarray:
+        """GPUs of one serving instance (a replica): tp * pp * dp."""
+        return self.tp * self.pp * self.dp

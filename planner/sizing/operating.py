@@ -1,0 +1,217 @@
+"""Step 3 of the chain: the operating point, closed-loop at a concurrency or bounded by SLOs.
+
+Mean-value model of a continuous-batching engine with chunked prefill (vLLM V1 style: the
+running decodes take their token first, the rest of ``max_num_batched_tokens`` goes to
+prompts). Per DP rank with B sequences, prompts of ``isl`` and outputs of ``osl`` tokens:
+
+- A prompt is prefilled in ``n_ch = ceil(isl / chunk)`` steps, ``chunk = min(isl,
+  max(budget - B, 64))``. A slot cycles through ``n_ch + osl`` steps per request, so per step
+  ``B * osl / (n_ch + osl)`` sequences decode and ``P = B * isl / (n_ch + osl)`` prompt tokens
+  are prefilled (steady state: every second the engine does X*isl prefill and X*osl decode
+  tokens, X = B / W).
+- Prefill arrives in chunks: a fraction ``f = min(P / chunk, 1)`` of steps are *mixed*
+  (decode + one chunk), the rest pure decode. ``TPOT = (1 - f) * t_pure + f * t_mixed``.
+- ``TTFT = (n_ch + wait) * t_mixed`` with ``wait = rho / (2 (1 - rho)) * n_ch`` steps behind
+  other prompts (M/D/1 mean wait, ``rho = P / (budget - decodes)`` capped at 0.95).
+- Residence ``W = TTFT + osl * TPOT``; throughput ``X = B / W`` per rank (Little).
+- Closed loop at concurrency C above what the engine admits (``B_max = min(KV-limited
+  sequences, max_num_seqs * DP)``): the extra ``C - B_max`` clients wait, and by Little the
+  residence becomes ``C / X``, so ``TTFT += (C - B_max) / X``.
+
+These are means; the discrete-event simulator (a later issue) refines TTFT tails, lumpy
+chunks and preemption. SLOs are compared against these means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.sizing.candidates import CandidateArrays
+from planner.sizing.memory import R_WEIGHTS, MemoryFit
+from planner.sizing.steptime import StepTime, decode_step
+
+MIN_CHUNK_TOKENS = 64.0  # the engine always leaves some budget for prompts
+MAX_PREFILL_RHO = 0.95
+
+BINDING_NAMES = ("", "memory", "throughput", "tpot", "ttft", "layout")
+B_NONE, B_MEMORY, B_THROUGHPUT, B_TPOT, B_TTFT, B_LAYOUT = range(6)
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """Per-instance operating point (a replica = one instance; DP ranks inside it).
+
+    Attributes (units in names; tokens and sequences are counts)
+    ----------
+    isl_tokens, osl_tokens : prompt and output tokens per request
+    concurrency : offered closed-loop clients (per instance)
+    batch : sequences actually decoding together, ``min(C, batch_max)``
+    batch_max : ``min(kv max concurrency, max_num_seqs * DP)``
+    batch_per_rank, chunk_tokens, n_chunks, decode_seqs_per_step, prefill_tokens_per_step,
+    mixed_step_fraction, context_tokens : see the module docstring (per DP rank)
+    pure_step, mixed_step : StepTime of a pure decode / a decode + chunk step
+    tpot_s, ttft_s, queue_s, residence_s : seconds (means)
+    requests_per_s, output_tokens_per_s, total_tokens_per_s : per instance
+    """
+
+    isl_tokens: np.ndarray
+    osl_tokens: np.ndarray
+    concurrency: np.ndarray
+    batch: np.ndarray
+    batch_max: np.ndarray
+    batch_per_rank: np.ndarray
+    chunk_tokens: np.ndarray
+    n_chunks: np.ndarray
+    decode_seqs_per_step: np.ndarray
+    prefill_tokens_per_step: np.ndarray
+    mixed_step_fraction: np.ndarray
+    context_tokens: np.ndarray
+    pure_step: StepTime
+    mixed_step: StepTime
+    tpot_s: np.ndarray
+    prefill_wait_steps: np.ndarray
+    ttft_s: np.ndarray
+    queue_s: np.ndarray
+    residence_s: np.ndarray
+    requests_per_s: np.ndarray
+    output_tokens_per_s: np.ndarray
+    total_tokens_per_s: np.ndarray
+
+
+def batch_limit(c: CandidateArrays, fit: MemoryFit) -> np.ndarray:
+    """Sequences one instance admits: ``min(KV-limited, max_num_seqs * DP)``."""
+    return np.minimum(fit.max_concurrency, c.max_num_seqs * c.dp)
+
+
+def closed_loop(
+    c: CandidateArrays,
+    fit: MemoryFit,
+    isl: np.ndarray,
+    osl: np.ndarray,
+    concurrency: np.ndarray | float = np.nan,
+) -> OperatingPoint:
+    """Operating point at ``concurrency`` clients per instance (NaN: the largest batch that
+    fits, i.e. max throughput). Misfit rows get batch 0 and zero throughput."""
+    n = len(c)
+    isl = np.broadcast_to(np.asarray(isl, dtype=np.float64), (n,))
+    osl = np.broadcast_to(np.maximum(np.asarray(osl, dtype=np.float64), 1.0), (n,))
+    conc = np.broadcast_to(np.asarray(concurrency, dtype=np.float64), (n,))
+    b_max = batch_limit(c, fit)
+    offered = np.where(np.isnan(conc), b_max, np.maximum(conc, 1.0))
+    batch = np.where(fit.fits, np.minimum(offered, b_max), 0.0)
+    b_rank = np.maximum(batch, 1.0) / c.dp  # evaluate misfits at 1 to keep numbers finite
+
+    budget = c.max_num_batched_tokens
+    chunk = np.minimum(isl, np.maximum(budget - b_rank, MIN_CHUNK_TOKENS))
+    chunk = np.maximum(chunk, 1.0)
+    n_ch = np.ceil(isl / chunk)
+    cycle = n_ch + osl
+    dec = b_rank * osl / cycle
+    pre = b_rank * isl / cycle
+    mixed_frac = np.minimum(pre / chunk, 1.0)
+    mixed_tokens = np.maximum(chunk, pre)
+    ctx = isl + 0.5 * osl
+
+    pure = decode_step(c, dec, ctx)
+    mixed = decode_step(c, dec, ctx, mixed_tokens, isl)
+    tpot = (1.0 - mixed_frac) * pure.step_s + mixed_frac * mixed.step_s
+
+    rho = np.minimum(pre / np.maximum(budget - dec, 1.0), MAX_PREFILL_RHO)
+    wait_steps = rho / (2.0 * (1.0 - rho)) * n_ch
+    ttft = (n_ch + wait_steps) * mixed.step_s
+    residence = ttft + osl * tpot
+    x_instance = b_rank / residence * c.dp
+    queue = np.where(offered > batch, (offered - batch) / x_instance, 0.0)
+
+    ok = fit.fits
+    x_instance = np.where(ok, x_instance, 0.0)
+    return OperatingPoint(
+        isl_tokens=isl,
+        osl_tokens=osl,
+        concurrency=offered,
+        batch=batch,
+        batch_max=b_max,
+        batch_per_rank=b_rank,
+        chunk_tokens=chunk,
+        n_chunks=n_ch,
+        decode_seqs_per_step=dec,
+        prefill_tokens_per_step=pre,
+        mixed_step_fraction=mixed_frac,
+        context_tokens=ctx,
+        pure_step=pure,
+        mixed_step=mixed,
+        tpot_s=tpot,
+        prefill_wait_steps=wait_steps,
+        ttft_s=ttft + np.where(ok, queue, 0.0),
+        queue_s=np.where(ok, queue, 0.0),
+        residence_s=residence + np.where(ok, queue, 0.0),
+        requests_per_s=x_instance,
+        output_tokens_per_s=x_instance * osl,
+        total_tokens_per_s=x_instance * (isl + osl),
+    )
+
+
+@dataclass(frozen=True)
+class SloPoint:
+    """The SLO-bound operating point: the largest batch meeting both latency SLOs."""
+
+    point: OperatingPoint
+    meets_slo: np.ndarray  # bool: fits and the chosen batch meets TPOT and TTFT
+    binding_code: np.ndarray  # operating.B_*
+
+    @property
+    def binding(self) -> np.ndarray:
+        return np.array(BINDING_NAMES, dtype=object)[self.binding_code]
+
+
+def slo_operating_point(
+    c: CandidateArrays,
+    fit: MemoryFit,
+    isl: np.ndarray,
+    osl: np.ndarray,
+    tpot_slo_s: np.ndarray,
+    ttft_slo_s: np.ndarray,
+) -> SloPoint:
+    """Largest batch per DP rank in ``[1, batch_max / DP]`` whose mean TPOT and TTFT meet the
+    SLOs, by vectorized bisection (both grow with the batch). If even batch 1 misses, the row
+    reports batch 1 with ``meets_slo`` False and the missed SLO as binding.
+
+    Binding constraint: ``memory`` (KV capacity capped the batch), ``throughput`` (the
+    engine's max_num_seqs capped it), ``tpot`` / ``ttft`` (the SLO did), ``layout``
+    (the parallel layout is invalid).
+    """
+    n = len(c)
+    tpot_slo = np.broadcast_to(np.asarray(tpot_slo_s, dtype=np.float64), (n,))
+    ttft_slo = np.broadcast_to(np.asarray(ttft_slo_s, dtype=np.float64), (n,))
+    hi_rank = np.maximum(np.floor(batch_limit(c, fit) / c.dp), 1.0)
+
+    def meets(rank_batch: np.ndarray) -> tuple[np.ndarray, OperatingPoint]:
+        op = closed_loop(c, fit, isl, osl, rank_batch * c.dp)
+        return (op.tpot_s <= tpot_slo) & (op.ttft_s <= ttft_slo), op
+
+    ok_hi, _ = meets(hi_rank)
+    ok_lo, _ = meets(np.ones(n))
+    lo = np.ones(n)  # invariant where searching: meets(lo) and not meets(hi)
+    hi = hi_rank.copy()
+    searching = ok_lo & ~ok_hi
+    while np.any(searching & (hi - lo > 1)):
+        mid = np.floor(0.5 * (lo + hi))
+        ok_mid, _ = meets(mid)
+        active = searching & (hi - lo > 1)
+        lo = np.where(active & ok_mid, mid, lo)
+        hi = np.where(active & ~ok_mid, mid, hi)
+    chosen = np.where(ok_hi, hi_rank, lo)
+    point = closed_loop(c, fit, isl, osl, chosen * c.dp)
+    # Which SLO stops the next batch size: evaluate one above the choice.
+    over = closed_loop(c, fit, isl, osl, np.minimum(chosen + 1, hi_rank) * c.dp)
+    binding = np.where(over.tpot_s > tpot_slo, B_TPOT, B_TTFT)
+    kv_bound = fit.max_concurrency <= c.max_num_seqs * c.dp
+    binding = np.where(ok_hi, np.where(kv_bound, B_MEMORY, B_THROUGHPUT), binding)
+    first_miss = np.where(point.tpot_s > tpot_slo, B_TPOT, B_TTFT)
+    binding = np.where(ok_lo, binding, first_miss)
+    binding = np.where(
+        fit.fits, binding, np.where(fit.reason_code >= R_WEIGHTS, B_MEMORY, B_LAYOUT)
+    )
+    return SloPoint(point=point, meets_slo=fit.fits & ok_lo, binding_code=binding)

@@ -1,0 +1,81 @@
+"""Precision rules: bytes per stored element and which tensor-core peak a format computes at.
+
+Weights
+-------
+``weight_bytes_per_param(p) = BYTES_PER_ELEMENT[p] + WEIGHT_SCALE_OVERHEAD.get(p, 0)`` (B/param):
+bf16 2, fp8 1, int4 0.5 + 4/128 = 0.53125, fp4 0.5 + 1/16 = 0.5625.
+
+Compute peak
+------------
+fp8 weights run fp8 GEMMs; fp4 runs fp4 if the GPU has it, else fp8, else bf16; int4 is
+weight-only (w4a16), dequantized into bf16 GEMMs; int8 uses int8 if present, else bf16; fp32
+runs at half the bf16 peak (tf32). A GPU with no peak for any of these gets NaN (no estimate).
+"""
+
+from __future__ import annotations
+
+import math
+
+from planner.sizing.specs import (
+    BYTES_PER_ELEMENT,
+    WEIGHT_SCALE_OVERHEAD,
+    GpuSpec,
+    canonical_precision,
+)
+
+#: Canonical precisions in a fixed order; arrays carry the index into this tuple.
+PRECISIONS: tuple[str, ...] = tuple(BYTES_PER_ELEMENT)
+
+#: Which dense peak a weight format computes at, widest last.
+COMPUTE_FALLBACK: dict[str, tuple[str, ...]] = {
+    "fp4": ("fp4", "fp8", "bf16", "fp16"),
+    "fp8": ("fp8", "bf16", "fp16"),
+    "int8": ("int8", "bf16", "fp16"),
+    "int4": ("bf16", "fp16"),
+    "bf16": ("bf16", "fp16"),
+    "fp16": ("fp16", "bf16"),
+    "fp32": ("fp32",),
+}
+
+
+def weight_bytes_per_param(precision: str) -> float:
+    """Stored bytes per weight, block-scale overhead included (B/param)."""
+    p = canonical_precision(precision)
+    return BYTES_PER_ELEMENT[p] + WEIGHT_SCALE_OVERHEAD.get(p, 0.0)
+
+
+def kv_bytes_per_element(precision: str) -> float:
+    """Stored bytes per KV-cache element; a 4-bit cache carries its block scales too (B)."""
+    return weight_bytes_per_param(precision)
+
+
+def default_kv_precision(weight_precision: str) -> str:
+    """bf16 cache, except fp8/fp4 checkpoints, which engines serve with an fp8 cache."""
+    p = canonical_precision(weight_precision)
+    return "fp8" if p in ("fp8", "fp4") else "bf16"
+
+
+def compute_precision(gpu: GpuSpec, weight_precision: str) -> str:
+    """Name of the peak the GEMMs of ``weight_precision`` weights run at on ``gpu`` ('' if none)."""
+    p = canonical_precision(weight_precision)
+    peaks = {k.lower(): v for k, v in gpu.dense_tflops.items() if v and v > 0}
+    for name in COMPUTE_FALLBACK[p]:
+        if name in peaks:
+            return name
+    if p == "fp32" and ("bf16" in peaks or "fp16" in peaks):
+        return "tf32"
+    return ""
+
+
+def peak_flops(gpu: GpuSpec, weight_precision: str) -> float:
+    """Dense peak FLOP/s for the compute precision of ``weight_precision`` (NaN if unknown).
+
+    ``F = dense_tflops[compute_precision] * 1e12``; tf32 is taken as half the bf16 peak.
+    """
+    name = compute_precision(gpu, weight_precision)
+    peaks = {k.lower(): v for k, v in gpu.dense_tflops.items() if v and v > 0}
+    if name == "":
+        return math.nan
+    if name == "tf32":
+        return 0.5 * peaks.get("bf16", peaks.get("fp16", math.nan)) * 1e12
+    return peaks[name] * 1e12

@@ -1,0 +1,295 @@
+"""Step 2 of the chain: time of a decode step and of a prefill, by roofline plus calibration.
+
+One engine step on one pipeline stage of one DP rank (per GPU, B = bytes, s = seconds):
+
+``stage_s = max(bytes / (BW * eta_mem), flops_dec / (F * eta_flop_decode)
+                + flops_pre / (F * eta_flop_prefill)) + comm_s``
+
+bytes
+    weights touched: non-expert weights minus the input embedding table (only B rows of it
+    are read; a tied table is the LM head and is read in full), plus for MoE the expected
+    distinct routed experts ``E_distinct = E * (1 - (1 - k/E)^T)`` per MoE layer for the T
+    tokens of the step (not all experts, not only k); plus ``B * kv_seq_gpu(c)`` of cache
+    (windows respected, see memory.py).
+flops
+    ``2 * P_a' * T`` (``P_a'`` = active params minus the untied input embedding, which is a
+    lookup) plus attention: decode ``4 * n_h * d`` FLOPs per cached token per layer (MLA
+    decode runs absorbed over the latent: ``2 * n_h * (2 * r + rope)``); prefill of a
+    p-token prompt is causal, ``2 * p^2 * n_h * d`` per full layer, windows capped.
+comm_s
+    TP: 2 ring all-reduces per layer, ``2 (TP-1)/TP * T * hidden * 2 B / (link_one_way *
+    link_efficiency) + latency`` each; EP: 2 all-to-alls per MoE layer of the tokens' k
+    copies; both on the scale-up link (EP beyond the domain uses the scale-out NIC).
+
+Pipeline parallelism: decode keeps PP micro-batches of ``B / PP`` sequences in flight (vLLM's
+virtual engines), so each stage reads its ``1/PP`` of the weights for ``B / PP`` sequences and
+a token crosses all stages: ``step_s = PP * stage_s + (PP - 1) * hop_s + step_overhead_s``.
+In steady decode there is no bubble. Per token this costs ``W / BW + B * KV / (PP * BW)``:
+each micro-batch re-reads the weights (PP does not shrink the weight term, TP does) while the
+cache is spread over PP GPUs' bandwidth; no all-reduces, one activation hop per boundary.
+A single prefill is not split: its chunks pipeline through the stages,
+``(n_chunks + PP - 1) * stage_s(chunk)``. DP ranks run independent batches in parallel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.sizing.candidates import CandidateArrays
+from planner.sizing.memory import kv_bytes_per_sequence_per_gpu, nonexpert_weight_bytes
+
+ACTIVATION_BYTES = 2.0  # bf16 activations on the wire
+
+
+# ---------------------------------------------------------------------------- pure bounds
+def ridge_flop_per_byte(peak_flops: np.ndarray, hbm_bytes_s: np.ndarray) -> np.ndarray:
+    """Roofline ridge ``F / BW`` (FLOP/byte): H100 bf16 989.5e12 / 3.35e12 = 295.4."""
+    return np.asarray(peak_flops) / np.asarray(hbm_bytes_s)
+
+
+def bandwidth_bound_tokens_per_s(
+    weight_bytes: np.ndarray, hbm_bytes_s: np.ndarray, eta_mem: float | np.ndarray = 1.0
+) -> np.ndarray:
+    """Batch-1 decode bound ``BW * eta_mem / weight_bytes`` (tokens/s per sequence):
+    3.35e12 / 141.1e9 = 23.7 tok/s for Llama 3.1 70B bf16 on one H100."""
+    return np.asarray(hbm_bytes_s) * eta_mem / np.asarray(weight_bytes)
+
+
+def expected_distinct_experts(
+    num_experts: np.ndarray, experts_per_token: np.ndarray, tokens: np.ndarray
+) -> np.ndarray:
+    """Expected routed experts hit by T tokens in one MoE layer, ``E * (1 - (1 - k/E)^T)``.
+
+    Uniform independent routing; 0 for a dense model (E = 0). DeepSeek-V3 (E=256, k=8):
+    T=1 -> 8, T=32 -> 163.3, T=256 -> 255.9.
+    """
+    e = np.asarray(num_experts, dtype=np.float64)
+    safe_e = np.where(e > 0, e, 1.0)
+    miss = np.power(1.0 - np.asarray(experts_per_token) / safe_e, np.asarray(tokens))
+    return np.where(e > 0, e * (1.0 - miss), 0.0)
+
+
+def ring_allreduce_s(
+    message_bytes: np.ndarray,
+    ranks: np.ndarray,
+    link_bytes_s: np.ndarray,
+    link_efficiency: np.ndarray,
+    latency_s: np.ndarray,
+) -> np.ndarray:
+    """One ring all-reduce: ``2 (n-1)/n * bytes / (link_one_way * eff) + latency`` (s); 0 at n=1."""
+    n = np.asarray(ranks, dtype=np.float64)
+    t = 2.0 * (n - 1.0) / n * message_bytes / (link_bytes_s * link_efficiency) + latency_s
+    return np.where(n > 1, t, 0.0)
+
+
+# ---------------------------------------------------------------------------- one stage
+@dataclass(frozen=True)
+class StageCost:
+    """One forward pass of one pipeline stage on one GPU of one DP rank (per GPU)."""
+
+    weight_bytes: np.ndarray  # B streamed from HBM
+    kv_bytes: np.ndarray  # B of cache read
+    flops_decode: np.ndarray  # FLOP
+    flops_prefill: np.ndarray  # FLOP
+    mem_s: np.ndarray  # bytes / (BW * eta_mem)
+    flop_s: np.ndarray  # flops at the calibrated efficiencies
+    comm_s: np.ndarray  # TP all-reduces + EP all-to-alls
+    stage_s: np.ndarray  # max(mem_s, flop_s) + comm_s
+
+    @property
+    def bytes(self) -> np.ndarray:
+        return self.weight_bytes + self.kv_bytes
+
+    @property
+    def memory_bound(self) -> np.ndarray:
+        return self.mem_s >= self.flop_s
+
+
+def untied_embedding_params(c: CandidateArrays) -> np.ndarray:
+    """Input-embedding params that a step does not stream (a tied table is the LM head)."""
+    return np.where(c.tied_embeddings, 0.0, c.embedding_params)
+
+
+def streamed_nonexpert_bytes_per_gpu(c: CandidateArrays) -> np.ndarray:
+    """Non-expert bytes one GPU reads per step: ``(nonexpert - embedding) / (TP * PP)`` (B)."""
+    embed = untied_embedding_params(c) * np.maximum(c.weight_bytes_per_param, 2.0)
+    return (nonexpert_weight_bytes(c) - embed) / (c.tp * c.pp)
+
+
+def streamed_expert_bytes_per_gpu(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
+    """Routed-expert bytes one GPU reads for ``tokens`` per DP rank and stage (B).
+
+    With EP the experts of all DP ranks' tokens live on the EP group: ``T = tokens * DP``,
+    ``E_distinct(T) * params_per_expert * b_w * (L_moe / PP) / EP``; without EP each rank
+    holds TP-sharded copies and only its own tokens route there.
+    """
+    group_tokens = np.where(c.ep > 1, tokens * c.dp, tokens)
+    distinct = expected_distinct_experts(c.num_experts, c.experts_per_token, group_tokens)
+    shards = np.where(c.ep > 1, c.ep, c.tp)
+    return (
+        distinct
+        * c.params_per_expert
+        * c.weight_bytes_per_param
+        * c.num_moe_layers
+        / (c.pp * shards)
+    )
+
+
+def attention_flops_per_context_token(c: CandidateArrays, absorbed_mla: bool) -> np.ndarray:
+    """FLOPs per query token per cached token per layer: ``4 * n_h * d`` (QK^T and PV);
+    absorbed MLA decode attends over the latent, ``2 * n_h * (r + rope) + 2 * n_h * r``."""
+    standard = 4.0 * c.num_attention_heads * c.head_dim
+    if not absorbed_mla:
+        return standard
+    mla = 2.0 * c.num_attention_heads * (2.0 * c.kv_lora_rank + c.qk_rope_head_dim)
+    return np.where(c.kv_lora_rank > 0, mla, standard)
+
+
+def prefill_mean_context(c: CandidateArrays, prompt_tokens: np.ndarray) -> tuple:
+    """Mean attended length per prompt token, (full layers, sliding layers) (tokens).
+
+    Causal: ``p / 2``; a window w caps it: ``(min(p, w)^2 / 2 + max(p - w, 0) * w) / p``.
+    """
+    p = np.maximum(np.asarray(prompt_tokens, dtype=np.float64), 1.0)
+    w = np.where(c.sliding_window > 0, c.sliding_window, p)
+    head = np.minimum(p, w)
+    windowed = (0.5 * head * head + np.maximum(p - w, 0.0) * w) / p
+    return 0.5 * p, windowed
+
+
+def stage_cost(
+    c: CandidateArrays,
+    decode_tokens: np.ndarray,
+    decode_context: np.ndarray,
+    prefill_tokens: np.ndarray | float = 0.0,
+    prompt_tokens: np.ndarray | float = 0.0,
+) -> StageCost:
+    """Roofline cost of one stage forward pass per GPU.
+
+    Parameters
+    ----------
+    decode_tokens : sequences decoding in this micro-batch of one DP rank (tokens)
+    decode_context : their mean context (tokens)
+    prefill_tokens : prompt tokens riding in the same pass (chunked prefill) (tokens)
+    prompt_tokens : length of the prompts those prefill tokens belong to (tokens)
+    """
+    dec = np.asarray(decode_tokens, dtype=np.float64)
+    pre = np.asarray(prefill_tokens, dtype=np.float64)
+    tokens = dec + pre
+    shard = c.tp * c.pp
+
+    weight_bytes = streamed_nonexpert_bytes_per_gpu(c) + streamed_expert_bytes_per_gpu(c, tokens)
+    kv_bytes = dec * kv_bytes_per_sequence_per_gpu(c, decode_context)
+
+    ctx = np.asarray(decode_context, dtype=np.float64)
+    ctx_win = np.minimum(ctx, np.where(c.sliding_window > 0, c.sliding_window, ctx))
+    attended_dec = c.full_layers * ctx + c.sliding_layers * ctx_win
+    mean_full, mean_win = prefill_mean_context(c, prompt_tokens)
+    attended_pre = c.full_layers * mean_full + c.sliding_layers * mean_win
+    matmul_params = c.active_params - untied_embedding_params(c)
+    flops_dec = (
+        2.0 * matmul_params * dec + dec * attention_flops_per_context_token(c, True) * attended_dec
+    ) / shard
+    flops_pre = (
+        2.0 * matmul_params * pre + pre * attention_flops_per_context_token(c, False) * attended_pre
+    ) / shard
+
+    mem_s = (weight_bytes + kv_bytes) / (c.hbm_bytes_s * c.eta_mem)
+    flop_s = flops_dec / (c.peak_flops * c.eta_flop_decode) + flops_pre / (
+        c.peak_flops * c.eta_flop_prefill
+    )
+    comm_s = tp_allreduce_s(c, tokens) + ep_alltoall_s(c, tokens)
+    return StageCost(
+        weight_bytes=weight_bytes,
+        kv_bytes=kv_bytes,
+        flops_decode=flops_dec,
+        flops_prefill=flops_pre,
+        mem_s=mem_s,
+        flop_s=flop_s,
+        comm_s=comm_s,
+        stage_s=np.maximum(mem_s, flop_s) + comm_s,
+    )
+
+
+def tp_allreduce_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
+    """Two all-reduces per layer of this stage over the scale-up link (s)."""
+    message = tokens * c.hidden_size * ACTIVATION_BYTES
+    one = ring_allreduce_s(message, c.tp, c.link_bytes_s, c.link_efficiency, c.allreduce_latency_s)
+    return 2.0 * (c.num_layers / c.pp) * one
+
+
+def ep_alltoall_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
+    """Dispatch + combine per MoE layer: each GPU ships ``tokens/TP * k * hidden * 2 B`` of
+    which ``(EP-1)/EP`` leaves the GPU; on the NIC when EP exceeds the scale-up domain (s)."""
+    link = np.where(c.ep <= c.scale_up_domain_gpus, c.link_bytes_s, c.scale_out_bytes_s)
+    volume = tokens / c.tp * c.experts_per_token * c.hidden_size * ACTIVATION_BYTES
+    one = volume * (c.ep - 1.0) / c.ep / (link * c.link_efficiency) + c.allreduce_latency_s
+    return np.where(c.ep > 1, 2.0 * (c.num_moe_layers / c.pp) * one, 0.0)
+
+
+def pp_hop_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
+    """Activations across one stage boundary, ``T * hidden * 2 B / (link * eff) + latency``;
+    on the NIC when the instance spans beyond the scale-up domain (s)."""
+    inside = c.tp * c.pp * c.dp <= c.scale_up_domain_gpus
+    link = np.where(inside, c.link_bytes_s, c.scale_out_bytes_s)
+    t = tokens * c.hidden_size * ACTIVATION_BYTES / (link * c.link_efficiency)
+    return np.where(c.pp > 1, t + c.allreduce_latency_s, 0.0)
+
+
+# ---------------------------------------------------------------------------- engine steps
+@dataclass(frozen=True)
+class StepTime:
+    """A full engine step (all PP stages) for one DP rank; ``stage`` holds the per-GPU parts."""
+
+    stage: StageCost
+    hop_s: np.ndarray  # one pipeline hop
+    overhead_s: np.ndarray  # fixed per step (scheduler, launches, sampling)
+    step_s: np.ndarray  # PP * stage_s + (PP - 1) * hop_s + overhead_s
+
+
+def decode_step(
+    c: CandidateArrays,
+    batch_per_rank: np.ndarray,
+    context_tokens: np.ndarray,
+    prefill_tokens_per_rank: np.ndarray | float = 0.0,
+    prompt_tokens: np.ndarray | float = 0.0,
+) -> StepTime:
+    """Decode step of ``batch_per_rank`` sequences at mean ``context_tokens``, optionally
+    carrying ``prefill_tokens_per_rank`` chunked-prefill tokens (s).
+
+    ``step_s = PP * stage_s(B / PP, c, P / PP) + (PP - 1) * hop_s + step_overhead_s``.
+    """
+    b = np.asarray(batch_per_rank, dtype=np.float64)
+    pre = np.asarray(prefill_tokens_per_rank, dtype=np.float64)
+    stage = stage_cost(c, b / c.pp, context_tokens, pre / c.pp, prompt_tokens)
+    hop = pp_hop_s(c, (b + pre) / c.pp)
+    step = c.pp * stage.stage_s + (c.pp - 1) * hop + c.step_overhead_s
+    return StepTime(stage=stage, hop_s=hop, overhead_s=c.step_overhead_s, step_s=step)
+
+
+@dataclass(frozen=True)
+class PrefillTime:
+    """A prompt prefilled alone on one DP rank (no decode batch riding along)."""
+
+    chunk_tokens: np.ndarray
+    n_chunks: np.ndarray
+    stage: StageCost  # one chunk through one stage
+    prefill_s: np.ndarray  # (n_chunks + PP - 1) * (stage_s + hop) + n_chunks * overhead
+
+
+def prefill_time(c: CandidateArrays, prompt_tokens: np.ndarray) -> PrefillTime:
+    """Time to prefill a ``prompt_tokens`` prompt alone, in chunks of the token budget (s).
+
+    ``n = ceil(p / min(p, max_num_batched_tokens))``;
+    ``prefill_s = (n + PP - 1) * (stage_s(chunk) + hop_s) + n * step_overhead_s`` where a
+    stage holds ``1/PP`` of the layers and ``stage_s`` is compute-bound for any real chunk.
+    """
+    p = np.maximum(np.asarray(prompt_tokens, dtype=np.float64), 1.0)
+    chunk = np.minimum(p, c.max_num_batched_tokens)
+    n_chunks = np.ceil(p / chunk)
+    stage = stage_cost(c, 0.0, 0.0, chunk, p)  # the whole chunk crosses every stage
+    hop = pp_hop_s(c, chunk)
+    total = (n_chunks + c.pp - 1) * (stage.stage_s + hop) + n_chunks * c.step_overhead_s
+    return PrefillTime(chunk_tokens=chunk, n_chunks=n_chunks, stage=stage, prefill_s=total)

@@ -1,0 +1,213 @@
+"""The sizing chain as a Celery canvas: start -> chord(size batches) -> aggregate.
+
+Tasks take ids, never objects. They are idempotent: results are upserted on
+(run, candidate_key) and a batch already saved is skipped, so a re-delivered task (acks_late,
+reject_on_worker_lost) never duplicates rows. Transient database errors retry with backoff;
+calculation errors fail the run with a readable message. Results live in PostgreSQL rows; the
+broker's result backend only counts chord parts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from datetime import timedelta
+
+import kombu.exceptions
+import redis.exceptions
+from celery import chord, shared_task
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from planner import runner
+from planner.models import CandidateResult, SizingRun
+
+log = logging.getLogger(__name__)
+
+BROKER_ERRORS = (kombu.exceptions.OperationalError, redis.exceptions.ConnectionError,
+                 ConnectionError, TimeoutError)  # fmt: skip
+TRANSIENT_DB_ERRORS = (OperationalError, InterfaceError)
+TASK_OPTIONS = {
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "autoretry_for": TRANSIENT_DB_ERRORS,
+    "retry_backoff": True,
+    "retry_backoff_max": 30,
+    "retry_jitter": True,
+    "max_retries": 8,
+}
+STALE_AFTER = timedelta(seconds=getattr(settings, "RUN_STALE_SECONDS", 120))
+MAX_ENQUEUES = 20
+
+
+def enqueue_run(run_id: int) -> None:
+    """Send the chain's first task (raises a BROKER_ERRORS member when the broker is down)."""
+    SizingRun.objects.filter(pk=run_id).update(
+        enqueue_count=F("enqueue_count") + 1, heartbeat_at=timezone.now()
+    )
+    start_run.apply_async((run_id,), retry=False, queue=settings.CELERY_TASK_DEFAULT_QUEUE)
+
+
+def _fail(run_id: int, message: str) -> None:
+    SizingRun.objects.filter(pk=run_id).exclude(status=SizingRun.Status.SUCCEEDED).update(
+        status=SizingRun.Status.FAILED, error=message[:4000], finished_at=timezone.now()
+    )
+
+
+@shared_task(**TASK_OPTIONS)
+def start_run(run_id: int) -> None:
+    run = SizingRun.objects.filter(pk=run_id).first()
+    if run is None or run.is_finished:
+        return
+    now = timezone.now()
+    SizingRun.objects.filter(pk=run_id, status=SizingRun.Status.QUEUED).update(
+        status=SizingRun.Status.RUNNING, started_at=now
+    )
+    SizingRun.objects.filter(pk=run_id).update(heartbeat_at=now)
+    pending = [i for i in range(run.batch_count) if i not in set(run.batches_done)]
+    if not pending:
+        aggregate_run.delay(run_id)
+        return
+    chord(size_batch.s(run_id, i) for i in pending)(aggregate_run.si(run_id))
+
+
+@shared_task(ignore_result=False, **TASK_OPTIONS)
+def size_batch(run_id: int, batch_index: int) -> int:
+    """Size one batch of candidates and upsert their rows; returns the number saved."""
+    run = SizingRun.objects.filter(pk=run_id).only("status", "batches_done", "inputs").first()
+    if run is None or run.status == SizingRun.Status.FAILED:
+        return 0
+    if batch_index in run.batches_done:
+        return 0  # re-delivered after it was saved: nothing to do
+    start = batch_index * settings.SIZING_BATCH_SIZE
+    indices = range(start, min(start + settings.SIZING_BATCH_SIZE, len(run.inputs["candidates"])))
+    if settings.SIZING_BATCH_DELAY_S:
+        time.sleep(settings.SIZING_BATCH_DELAY_S)
+    try:
+        values = runner.size_candidates(run.inputs, indices)
+    except TRANSIENT_DB_ERRORS:
+        raise
+    except Exception as exc:  # a calculation bug: fail the run readably, never hang or retry
+        log.exception("sizing failed for run %s batch %s", run_id, batch_index)
+        _fail(run_id, f"calculation error in batch {batch_index}: {exc!r}\n"
+                      f"{traceback.format_exc(limit=3)}")  # fmt: skip
+        return 0
+    _save_batch(run_id, batch_index, values)
+    return len(values)
+
+
+def _save_batch(run_id: int, batch_index: int, values: list[dict]) -> None:
+    rows = [CandidateResult(run_id=run_id, **v) for v in values]
+    update_fields = [f for f in values[0] if f != "candidate_key"] if values else []
+    with transaction.atomic():
+        run = SizingRun.objects.select_for_update().get(pk=run_id)
+        if batch_index in run.batches_done:
+            return
+        CandidateResult.objects.bulk_create(
+            rows, update_conflicts=True, unique_fields=["run", "candidate_key"],
+            update_fields=update_fields,
+        )  # fmt: skip
+        run.batches_done = sorted({*run.batches_done, batch_index})
+        run.progress = min(99, int(100 * len(run.batches_done) / max(run.batch_count, 1)))
+        run.heartbeat_at = timezone.now()
+        run.save(update_fields=["batches_done", "progress", "heartbeat_at"])
+
+
+@shared_task(**TASK_OPTIONS)
+def aggregate_run(run_id: int) -> None:
+    """Rank every result, mark the cheapest SLO-meeting option per GPU, finish the run."""
+    with transaction.atomic():
+        run = SizingRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.is_finished:
+            return
+        missing = set(range(run.batch_count)) - set(run.batches_done)
+        if missing:  # a chord part was lost or double-counted: size what is missing
+            if run.enqueue_count < MAX_ENQUEUES:
+                transaction.on_commit(lambda: enqueue_run(run_id))
+            return
+        try:
+            summary = rank_and_summarize(run)
+        except DatabaseError:
+            raise
+        except Exception as exc:
+            log.exception("aggregation failed for run %s", run_id)
+            run.status, run.error = SizingRun.Status.FAILED, f"aggregation error: {exc!r}"
+            run.finished_at = timezone.now()
+            run.save(update_fields=["status", "error", "finished_at"])
+            return
+        run.summary = summary
+        run.status, run.progress = SizingRun.Status.SUCCEEDED, 100
+        run.finished_at = timezone.now()
+        run.save(update_fields=["summary", "status", "progress", "finished_at"])
+
+
+def rank_and_summarize(run: SizingRun) -> dict:
+    results = list(run.results.all())
+    fields = ["candidate_key", "meets_slo", "fits", "usd_per_month", "usd_per_mtok"]
+    results.sort(key=lambda r: runner.rank_key({f: getattr(r, f) for f in fields}))
+    best_per_gpu: dict[str, CandidateResult] = {}
+    for rank, result in enumerate(results, start=1):
+        result.rank = rank
+        result.recommended = False
+        if result.meets_slo and result.gpu_slug not in best_per_gpu:
+            best_per_gpu[result.gpu_slug] = result
+            result.recommended = True
+    CandidateResult.objects.bulk_update(results, ["rank", "recommended"], batch_size=500)
+    return summarize(run, results, best_per_gpu)
+
+
+def summarize(run: SizingRun, results: list, best_per_gpu: dict) -> dict:
+    gpu_names = run.inputs.get("gpu_names", {})
+    per_gpu = []
+    for slug, name in gpu_names.items():
+        best = best_per_gpu.get(slug)
+        if best is None:
+            tried = [r for r in results if r.gpu_slug == slug]
+            reasons = sorted({r.reason or f"misses the SLO ({r.binding_constraint})"
+                              for r in tried})[:3]  # fmt: skip
+            per_gpu.append({"gpu": slug, "gpu_name": name, "recommended": None,
+                            "why_none": "; ".join(reasons) or "no candidate"})  # fmt: skip
+            continue
+        per_gpu.append({
+            "gpu": slug, "gpu_name": name, "recommended": best.candidate_key,
+            "model": best.model_name, "precision": best.precision, "tp": best.tp,
+            "gpus": best.gpus, "replicas": best.replicas, "usd_per_month": best.usd_per_month,
+            "usd_per_hour": best.usd_per_hour, "usd_per_mtok": best.usd_per_mtok,
+            "tokens_per_usd": best.tokens_per_usd, "ttft_ms": best.ttft_ms,
+            "tpot_ms": best.tpot_ms, "breakeven": best.derivation.get("breakeven"),
+        })  # fmt: skip
+    overall = next((r for r in results if r.meets_slo), None)
+    return {
+        "candidates": len(results),
+        "meeting_slo": sum(r.meets_slo for r in results),
+        "fitting": sum(r.fits for r in results),
+        "best": overall.candidate_key if overall else None,
+        "per_gpu": per_gpu,
+        "price_sheet": run.inputs.get("price_sheet"),
+        "gpus_without_price": run.inputs.get("gpus_without_price", []),
+    }
+
+
+@shared_task(**TASK_OPTIONS)
+def requeue_stuck_runs() -> int:
+    """Beat: re-enqueue runs queued or running with no heartbeat for STALE_AFTER."""
+    cutoff = timezone.now() - STALE_AFTER
+    stuck = SizingRun.objects.filter(
+        status__in=[SizingRun.Status.QUEUED, SizingRun.Status.RUNNING],
+        heartbeat_at__lt=cutoff,
+    ) | SizingRun.objects.filter(status=SizingRun.Status.QUEUED, heartbeat_at__isnull=True)
+    count = 0
+    for run_id, enqueues in stuck.values_list("pk", "enqueue_count"):
+        if enqueues >= MAX_ENQUEUES:
+            _fail(run_id, f"gave up after {enqueues} attempts: workers never finished this run")
+            continue
+        try:
+            enqueue_run(run_id)
+            count += 1
+        except BROKER_ERRORS as exc:
+            log.warning("broker still unavailable: %s", exc)
+            break
+    return count

@@ -1,0 +1,492 @@
+"""Measurement rows: reading, normalising, plain-fit filtering, folds, uploads, catalog names.
+
+Pure module: no database is touched.
+"""
+
+import csv
+import io
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from fleets import measurements as m
+
+DATA = Path(__file__).parent / "data"
+
+VALID = {
+    "source": "our lab",
+    "source_date_or_version": "2026-03-01",
+    "model": "Llama-3.1-8B",
+    "gpu": "H100",
+    "num_gpus": "4",
+    "tp": "4",
+    "pp": "1",
+    "ep": "",
+    "engine": "vLLM 0.11",
+    "weight_precision": "FP8",
+    "kv_precision": "",
+    "isl": "1024",
+    "osl": "128",
+    "concurrency_or_rate": "concurrency=16",
+    "metric": "total_output_tok_s",
+    "value": "23406",
+    "notes": "",
+}
+
+
+def _csv_text(*changes: dict) -> str:
+    """A measured.csv-format file with one VALID row per change dict (applied on top)."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=m.COLUMNS)
+    writer.writeheader()
+    for change in changes:
+        writer.writerow({**VALID, **change})
+    return buffer.getvalue()
+
+
+def _read(*changes: dict) -> list[m.Measurement]:
+    return m.read_measurements(io.StringIO(_csv_text(*changes)))
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """Both shipped files read non-strictly, keyed by file."""
+    return {path.name: m.read_measurements(path, strict=False) for path in m.SHIPPED_FILES}
+
+
+@pytest.fixture(scope="module")
+def shipped_by_id(shipped):
+    return {row.row_id: row for rows, _ in shipped.values() for row in rows}
+
+
+# ---------------------------------------------------------------- one valid row
+
+
+def test_valid_row_is_normalised():
+    # given one row with FP8 weights, blank KV precision and a total throughput
+    (row,) = _read({})
+    # then conditions are parsed and normalised
+    assert (row.model, row.gpu, row.num_gpus, row.tp, row.pp, row.ep) == (
+        "Llama-3.1-8B",
+        "H100",
+        4,
+        4,
+        1,
+        None,
+    )
+    assert (row.isl, row.osl, row.concurrency, row.request_rate) == (1024, 128, 16, None)
+    assert row.engine_family == "vllm"
+    assert (row.weight_precision, row.kv_precision) == ("fp8", "fp8")
+    assert "kv_precision_assumed" in row.flags
+    assert row.line == 2 and row.row_id == "line:2"
+
+
+def test_total_output_is_divided_by_gpus_hand_computed():
+    # given 23,406 output tok/s in total over a 4-GPU instance
+    (row,) = _read({"value": "23406", "num_gpus": "4"})
+    # then the per-GPU value is 23406 / 4 = 5851.5, and the published number is kept
+    assert row.metric == "output_tok_s_per_gpu"
+    assert row.value == pytest.approx(5851.5)
+    assert row.raw_value == 23406 and row.raw_metric == "total_output_tok_s"
+    assert "converted_from_total" in row.flags
+
+
+def test_shipped_total_row_converts_to_per_gpu(shipped_by_id):
+    # given the v1.0 perf-overview row: Llama-3.3-70B FP8, H100 TP2, 128/128, total 6378 tok/s
+    row = shipped_by_id["m0152"]
+    assert (row.model, row.gpu, row.num_gpus, row.raw_value) == ("Llama-3.3-70B", "H100", 2, 6378)
+    # then per GPU it is 6378 / 2 = 3189
+    assert row.value == pytest.approx(3189.0)
+    assert row.offline and row.concurrency is None
+
+
+def test_converted_total_agrees_with_published_per_gpu(shipped_by_id):
+    # given the DeepSeek-R1 B200 max-throughput run, published both ways
+    total, per_gpu = shipped_by_id["m1226"], shipped_by_id["m1227"]
+    # then 43146.2042 / 8 GPUs equals the published 5393.2755 per GPU
+    assert total.value == pytest.approx(per_gpu.value, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("cell", "concurrency", "rate", "flag"),
+    [
+        ("concurrency=8", 8, None, None),
+        ("concurrency 7168 (114688 requests), max_batch_size 896", 7168, None, None),
+        ("static batch size 64", 64, None, "static_batch"),
+        ("QPS 2", None, 2.0, "open_loop_rate"),
+        ("Server, target_qps 39.6", None, 39.6, "open_loop_rate"),
+        ("offline max throughput (all requests queued)", None, None, "offline"),
+        ("QPS INF (all requests at once)", None, None, "offline"),
+        ("Offline", None, None, "offline"),
+    ],
+)
+def test_load_cells_are_parsed(cell, concurrency, rate, flag):
+    (row,) = _read({"concurrency_or_rate": cell})
+    assert (row.concurrency, row.request_rate) == (concurrency, rate)
+    assert flag is None or flag in row.flags
+
+
+@pytest.mark.parametrize(
+    ("raw", "metric", "statistic", "flags"),
+    [
+        ("ttft_ms_median", "ttft_ms", "median", set()),
+        ("ttft_ms_mean", "ttft_ms", "mean", {"mean_not_median"}),
+        ("itl_ms_mean", "tpot_ms", "mean", {"itl_as_tpot", "mean_not_median"}),
+        ("tpot_ms_p99", "tpot_ms_p99", "p99", set()),
+        ("total_tok_s_per_gpu", "total_tok_s_per_gpu", "as_reported", set()),
+    ],
+)
+def test_metrics_map_to_normalised_names(raw, metric, statistic, flags):
+    (row,) = _read({"metric": raw, "value": "12.5"})
+    assert (row.metric, row.statistic) == (metric, statistic)
+    assert flags <= row.flags
+    assert row.value == 12.5  # only total throughputs are divided
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("FP4 (NVFP4, nvidia/DeepSeek-R1-0528-FP4*)", "fp4"),
+        ("MXFP4 (amd/Kimi-K2.5-MXFP4)", "fp4"),
+        ("FP8 (nvidia/Llama-3.1-70B-Instruct-FP8)", "fp8"),
+        ("INT4 (moonshotai/Kimi-K2.5 native INT4)", "int4"),
+        ("BF16 (zai-org/GLM-4.7)", "bf16"),
+        ("FP16/BF16 (default, per section title)", "bf16"),
+        ("auto (per doc comment for Hopper)", ""),
+        ("", ""),
+        ("Q5_K_M", None),
+    ],
+)
+def test_precisions_are_normalised(text, expected):
+    assert m.normalize_precision(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("weights", "kv"), [("fp8", "fp8"), ("fp4", "fp8"), ("bf16", "bf16"), ("int4", "bf16")]
+)
+def test_blank_kv_precision_follows_the_weights(weights, kv):
+    assert m.default_kv_precision(weights) == kv
+
+
+@pytest.mark.parametrize(
+    ("engine", "family"),
+    [
+        ("NVIDIA Dynamo + vLLM 0.18.0 (disaggregated prefill/decode)", "vllm"),
+        ("vLLM (trtllm-gen modular FP8 MoE, PR #36307)", "vllm"),
+        ("SGLang + MoRI (AMD disaggregated prefill/decode)", "sglang"),
+        ("NVIDIA NIM 1.8.0 (TensorRT-LLM backend), measured with AIPerf", "trtllm"),
+        ("TensorRT-LLM (NVIDIA MLPerf harness)", "trtllm"),
+        ("ATOM (AMD ROCm engine)", "other"),
+    ],
+)
+def test_engine_families(engine, family):
+    assert m.engine_family(engine) == family
+
+
+# ---------------------------------------------------------------- refused input
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        ({"metric": "tokens_per_minute"}, "metric", "unknown metric"),
+        ({"gpu": ""}, "gpu", "missing"),
+        ({"model": " "}, "model", "missing"),
+        ({"isl": ""}, "isl", "missing"),
+        ({"osl": ""}, "osl", "missing"),
+        ({"concurrency_or_rate": ""}, "concurrency_or_rate", "missing"),
+        ({"concurrency_or_rate": "light load"}, "concurrency_or_rate", "not a concurrency"),
+        ({"value": "fast"}, "value", "not a number"),
+        ({"value": "-3"}, "value", "positive"),
+        ({"isl": "1k"}, "isl", "not a number"),
+        ({"num_gpus": ""}, "num_gpus", "missing"),  # a total cannot be made per GPU
+        ({"weight_precision": "Q5_K_M"}, "weight_precision", "unknown precision"),
+    ],
+)
+def test_bad_row_is_refused_naming_line_and_field(change, field, words):
+    # given a valid first row and a bad second row (line 3 of the file)
+    text = _csv_text({}, change)
+    # when read strictly, then nothing is returned and the error names line 3 and the field
+    with pytest.raises(m.MeasurementError) as caught:
+        m.read_measurements(io.StringIO(text))
+    error = caught.value
+    assert (error.line, error.field) == (3, field)
+    assert "line 3" in str(error) and repr(field) in str(error) and words in str(error)
+
+
+def test_every_bad_row_is_listed_and_nothing_partial_is_returned():
+    text = _csv_text({"metric": "bogus"}, {}, {"value": "n/a"})
+    with pytest.raises(m.MeasurementError) as caught:
+        m.read_measurements(io.StringIO(text))
+    error = caught.value
+    assert (error.line, error.field) == (2, "metric")
+    assert [(p.line, p.field) for p in error.problems] == [(2, "metric"), (4, "value")]
+    assert "line 4, field 'value'" in str(error)
+
+
+def test_non_strict_mode_returns_rows_and_skipped_reasons():
+    text = _csv_text({}, {"isl": ""})
+    rows, skipped = m.read_measurements(io.StringIO(text), strict=False)
+    assert len(rows) == 1
+    assert skipped == [m.SkippedRow(3, "line:3", "isl", "missing")]
+
+
+def test_header_without_a_condition_column_is_refused():
+    text = "model,gpu,isl,osl,metric,value\nLlama-3.1-8B,H100,1,1,ttft_ms_median,5\n"
+    with pytest.raises(m.MeasurementError) as caught:
+        m.read_measurements(io.StringIO(text))
+    assert (caught.value.line, caught.value.field) == (1, "concurrency_or_rate")
+
+
+def test_uploaded_bytes_with_bom_are_read():
+    upload = io.BytesIO(b"\xef\xbb\xbf" + _csv_text({}).encode())
+    assert len(m.read_measurements(upload)) == 1
+
+
+# ---------------------------------------------------------------- shipped files
+
+
+def test_shipped_files_keep_the_reference_columns_first():
+    for path in m.SHIPPED_FILES:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            assert tuple(reader.fieldnames) == m.COLUMNS + m.EXTRA_COLUMNS
+            rows = list(reader)
+        assert all(row["source"] for row in rows)
+        assert len({row["row_id"] for row in rows}) == len(rows)
+
+
+def test_shipped_row_counts(shipped):
+    # measured.csv: 1,243 rows; 34 state no ISL or OSL (MLPerf variable-length sets, blog prose)
+    rows, skipped = shipped["measured.csv"]
+    assert (len(rows), len(skipped)) == (1209, 34)
+    assert Counter(entry.field for entry in skipped) == {"isl": 31, "osl": 3}
+    # measured-concurrency.csv: 8,559 rows, all readable
+    rows, skipped = shipped["measured-concurrency.csv"]
+    assert (len(rows), len(skipped)) == (8559, 0)
+
+
+def test_plain_fit_exclusions_on_measured_csv(shipped):
+    rows, _ = shipped["measured.csv"]
+    kept, excluded = m.plain_fit_rows(rows)
+    assert len(kept) == 1201
+    assert Counter(reason for _, reason in excluded) == {
+        m.EXCLUDE_SPECULATIVE: 4,  # DeepSeek-R1 min-latency MTP runs (B200, H200)
+        m.EXCLUDE_OTHER_STATISTIC: 3,  # totals published next to per-GPU values
+        m.EXCLUDE_TYPO: 1,  # H200 llama_70b 2048/128 BS 32
+    }
+    assert Counter(row.metric for row in kept) == {
+        "output_tok_s_per_gpu": 1028,
+        "ttft_ms": 89,
+        "tpot_ms": 81,
+        "tok_s_per_user": 3,
+    }
+
+
+def test_plain_fit_exclusions_on_measured_concurrency_csv(shipped):
+    rows, _ = shipped["measured-concurrency.csv"]
+    kept, excluded = m.plain_fit_rows(rows)
+    assert len(kept) == 1613
+    assert Counter(reason for _, reason in excluded) == {
+        m.EXCLUDE_DISAGGREGATED: 3057,
+        m.EXCLUDE_SPECULATIVE: 1536,
+        m.EXCLUDE_OTHER_STATISTIC: 864,
+        m.EXCLUDE_NOT_PREDICTED: 713,
+        m.EXCLUDE_DERIVED: 352,
+        m.EXCLUDE_OLDER_RUN: 264,
+        m.EXCLUDE_ITL_PER_CHUNK: 80,
+        m.EXCLUDE_OSL_NOT_FIXED: 80,
+    }
+    assert Counter(row.metric for row in kept) == {
+        "tpot_ms": 416,
+        "ttft_ms": 300,
+        "ttft_ms_p99": 300,
+        "tpot_ms_p99": 300,
+        "output_tok_s_per_gpu": 297,
+    }
+
+
+def test_disaggregated_and_speculative_rows_match_the_notes(shipped):
+    rows, _ = shipped["measured-concurrency.csv"]
+    # the notes' per-engine table: 3,057 rows disaggregated; 2,808 rows run MTP/EAGLE
+    assert sum(row.disaggregated for row in rows) == 3057
+    assert sum(row.speculative for row in rows) == 2808
+    # and the flags agree with the engine column alone
+    assert all(row.speculative == ("MTP" in row.engine) for row in rows)
+
+
+def test_negated_phrases_do_not_flag(shipped_by_id):
+    # "no MTP" in the notes of the B200 max-throughput run
+    assert not shipped_by_id["m1227"].speculative
+    # MTP from the notes when the engine column does not say it
+    assert shipped_by_id["m1224"].speculative
+    # "non disaggregated ... GPU pool" in a blog table title
+    assert not shipped_by_id["c7164"].disaggregated
+
+
+def test_exclude_reason_column_matches_the_code(shipped):
+    # given the shipped exclude_reason column, when the rules are re-applied, they agree
+    for path in m.SHIPPED_FILES:
+        rows, skipped = shipped[path.name]
+        expected = {entry.row_id: f"unreadable: {entry.field} {entry.reason}" for entry in skipped}
+        expected |= {row.row_id: reason for row, reason in m.plain_fit_rows(rows)[1]}
+        with open(path, newline="", encoding="utf-8") as handle:
+            column = {row["row_id"]: row["exclude_reason"] for row in csv.DictReader(handle)}
+        assert column == {row_id: expected.get(row_id, "") for row_id in column}
+
+
+def test_only_overlapping_captures_lose_their_older_run(shipped):
+    # given the two InferenceX API captures and blog posts comparing software versions
+    rows, _ = shipped["measured-concurrency.csv"]
+    kept, excluded = m.plain_fit_rows(rows)
+    older = [row for row, reason in excluded if reason == m.EXCLUDE_OLDER_RUN]
+    # then only the older capture loses rows, and the blog's SGLang 0.5.5 baseline stays
+    assert {row.source_group for row in older} == {"InferenceX API capture"}
+    assert all(row.run_date < "2026-06-14" for row in older)
+    blog = "InferenceX blog sglang-0-5-6-b200-deepseek-r1-fp4-up-to-1-8x"
+    assert len({row.run_date for row in kept if row.source_group == blog}) == 2
+
+
+# ---------------------------------------------------------------- folds
+
+
+def test_split_by_groups_kept_rows(shipped):
+    rows = [row for rows, _ in shipped.values() for row in rows]
+    kept, _ = m.plain_fit_rows(rows)
+    families = m.split_by(kept, "model_family")
+    assert {"llama-3", "llama-2", "deepseek", "qwen3", "mixtral", "gpt-oss"} <= set(families)
+    assert sum(len(group) for group in families.values()) == len(kept)
+    sources = m.split_by(kept, "source")
+    assert len(sources["InferenceX API capture"]) > 0
+    assert "MLPerf Inference v4.1 (NVIDIA)" not in sources  # no lengths: never kept
+    assert set(m.split_by(kept, "gpu")) >= {"h100", "h200", "b200", "l40s", "mi355x"}
+
+
+def test_leave_one_group_out_partitions_rows():
+    rows = _read({}, {"gpu": "H200"}, {"gpu": "B200"})
+    folds = list(m.leave_one_group_out(rows, "gpu"))
+    assert [name for name, _, _ in folds] == ["h100", "h200", "b200"]
+    for _, train, test in folds:
+        assert len(train) + len(test) == 3 and not set(map(id, train)) & set(map(id, test))
+
+
+def test_unknown_split_key_is_refused():
+    with pytest.raises(ValueError, match="unknown split key"):
+        m.split_by([], "colour")
+
+
+# ---------------------------------------------------------------- catalog names
+
+
+def _shipped_names(column: str) -> Counter:
+    names = Counter()
+    for path in m.SHIPPED_FILES:
+        with open(path, newline="", encoding="utf-8") as handle:
+            names.update(row[column] for row in csv.DictReader(handle))
+    return names
+
+
+def test_every_shipped_gpu_resolves_or_is_listed():
+    catalog = m.catalog_names()
+    gpus = _shipped_names("gpu")
+    unresolved = {name for name in gpus if catalog.gpu_slug(name) is None}
+    assert unresolved == set(m.UNCATALOGUED_GPUS)
+    # 12 names: 10 resolve (9,096 rows), GB300 (618) and Gaudi 3 (88) are not in the catalog
+    assert (len(gpus), sum(gpus[name] for name in unresolved)) == (12, 706)
+    assert catalog.gpu_slug("H100 PCIe") == "h100_pcie" and catalog.gpu_slug("H100") == "h100_sxm"
+
+
+def test_every_shipped_model_resolves_or_is_listed():
+    catalog = m.catalog_names()
+    models = _shipped_names("model")
+    unresolved = {name for name in models if catalog.model_slug(name) is None}
+    assert unresolved == set(m.UNCATALOGUED_MODELS)
+    # 26 names: 20 resolve (9,596 rows); 6 are not in the catalog (206 rows)
+    assert (len(models), sum(models[name] for name in unresolved)) == (26, 206)
+    assert catalog.model_slug("DeepSeek-R1-0528") == "deepseek-r1"
+    assert catalog.model_slug("meta-llama/Llama-3.1-8B-Instruct") == "llama-3.1-8b"
+
+
+def test_name_normalisation_is_the_planners():
+    from planner import selectors
+
+    assert m.normalize_name is selectors.normalize_name  # one implementation, fleets.names
+    assert m.normalize_name("meta-llama/Meta-Llama-3.1-70B-Instruct") == "llama-3.1-70b"
+
+
+# ---------------------------------------------------------------- uploads
+
+
+def _json(name: str) -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+def test_vllm_result_json_becomes_measurements():
+    # given a vllm bench serve result: 160 prompts of 1024 in / 128 out, 16 in flight, 2 GPUs
+    data = _json("vllm_bench_serve_llama8b_h100_c16.json")
+    rows = m.parse_vllm_benchmark_json(data, gpu="H100", num_gpus=2, tp=2, weight_precision="bf16")
+    by_metric = {row.raw_metric: row for row in rows}
+    # then output_throughput 1638.4 tok/s over 2 GPUs is 819.2 per GPU
+    assert by_metric["total_output_tok_s"].value == pytest.approx(819.2)
+    assert by_metric["ttft_ms_median"].value == 48.2
+    assert by_metric["tpot_ms_p99"].value == 10.75
+    assert len(rows) == 10  # throughput + mean/median/p99 of TTFT, TPOT and ITL
+    row = by_metric["tpot_ms_median"]
+    # and the conditions come from the JSON (lengths are per-request means) and the arguments
+    assert (row.model, row.isl, row.osl, row.concurrency, row.request_rate) == (
+        "meta-llama/Llama-3.1-8B-Instruct",
+        1024,
+        128,
+        16,
+        None,
+    )
+    assert "mean_lengths" in row.flags and not row.offline
+    assert (row.engine_family, row.kv_precision) == ("vllm", "bf16")
+
+
+def test_vllm_result_json_missing_field_is_named():
+    data = _json("vllm_bench_serve_llama8b_h100_c16.json")
+    del data["median_ttft_ms"]
+    with pytest.raises(m.MeasurementError) as caught:
+        m.parse_vllm_benchmark_json(data, gpu="H100", num_gpus=1, tp=1)
+    assert caught.value.field == "median_ttft_ms" and "median_ttft_ms" in str(caught.value)
+
+
+def test_vllm_result_json_needs_a_gpu():
+    data = _json("vllm_bench_serve_llama8b_h100_c16.json")
+    with pytest.raises(m.MeasurementError) as caught:
+        m.parse_vllm_benchmark_json(data, gpu="", num_gpus=1, tp=1)
+    assert caught.value.field == "gpu"
+
+
+def test_guidellm_report_becomes_measurements():
+    # given a guidellm report with a synchronous and an 8-stream benchmark on one L40S
+    data = _json("guidellm_llama8b_l40s.json")
+    rows = m.parse_guidellm_report(data, gpu="L40S", model="Llama-3.1-8B", num_gpus=1, tp=1)
+    points = m.split_by(rows, lambda row: str(row.concurrency))
+    assert set(points) == {"1", "8"}
+    tpot = {row.concurrency: row.value for row in rows if row.raw_metric == "tpot_ms_median"}
+    # then TPOT is guidellm's inter-token latency (time_per_output_token_ms includes TTFT)
+    assert tpot == {1: 22.4, 8: 25.1}
+    throughput = [row for row in points["8"] if row.metric == "output_tok_s_per_gpu"]
+    assert [row.value for row in throughput] == [311.0]
+    assert {(row.isl, row.osl) for row in rows} == {(1024, 256)}
+    assert len(rows) == 14  # per point: throughput + mean/median/p99 of TTFT and TPOT
+
+
+def test_guidellm_report_missing_field_is_named():
+    data = _json("guidellm_llama8b_l40s.json")
+    del data["benchmarks"][1]["metrics"]["time_to_first_token_ms"]
+    with pytest.raises(m.MeasurementError) as caught:
+        m.parse_guidellm_report(data, gpu="L40S", model="Llama-3.1-8B", num_gpus=1, tp=1)
+    assert caught.value.field == "benchmarks[1].metrics.time_to_first_token_ms.successful"
+
+
+def test_guidellm_report_without_strategy_is_refused():
+    data = _json("guidellm_llama8b_l40s.json")
+    del data["benchmarks"][0]["config"]
+    with pytest.raises(m.MeasurementError) as caught:
+        m.parse_guidellm_report(data, gpu="L40S", model="Llama-3.1-8B", num_gpus=1, tp=1)
+    assert caught.value.field == "benchmarks[0].config.strategy"

@@ -1,0 +1,92 @@
+"""Closed-loop and SLO operating points."""
+
+import numpy as np
+import pytest
+from specs_catalog import H100, LLAMA_8B, LLAMA_70B
+
+from planner.sizing.candidates import CandidateArrays
+from planner.sizing.memory import fit_memory
+from planner.sizing.operating import closed_loop, slo_operating_point
+from planner.sizing.specs import EngineSettings
+
+
+def _cand(n=1, **kw):
+    c = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=8, **kw)
+    return c.take(np.zeros(n, dtype=int))
+
+
+def test_max_throughput_uses_the_largest_batch_that_fits():
+    # 70B fp8 TP8: KV admits 1,414 sequences of 2,048 tokens, max_num_seqs caps at 1,024
+    c = _cand()
+    fit = fit_memory(c, 2048)
+    op = closed_loop(c, fit, 1024, 1024, np.nan)
+    assert fit.max_concurrency[0] == 1414
+    assert op.batch[0] == 1024
+    c2 = _cand(engine=EngineSettings(max_num_seqs=4096))
+    op2 = closed_loop(c2, fit_memory(c2, 2048), 1024, 1024, np.nan)
+    assert op2.batch[0] == 1414
+
+
+def test_steady_state_prefill_share_and_mixed_steps():
+    # B=64, isl 1024, osl 1024: chunk 1024 -> 1 step per prompt; per step
+    # 64*1024/(1+1024) = 63.94 decodes and 63.94 prefill tokens; mixed fraction 63.94/1024
+    c = _cand()
+    op = closed_loop(c, fit_memory(c, 2048), 1024, 1024, 64)
+    assert op.n_chunks[0] == 1
+    assert op.decode_seqs_per_step[0] == pytest.approx(64 * 1024 / 1025)
+    assert op.prefill_tokens_per_step[0] == pytest.approx(64 * 1024 / 1025)
+    f = op.mixed_step_fraction[0]
+    assert f == pytest.approx(64 * 1024 / 1025 / 1024)
+    tpot = (1 - f) * op.pure_step.step_s[0] + f * op.mixed_step.step_s[0]
+    assert op.tpot_s[0] == pytest.approx(tpot)
+    # and Little: X = B / (TTFT + osl * TPOT)
+    assert op.requests_per_s[0] == pytest.approx(64 / (op.ttft_s[0] + 1024 * op.tpot_s[0]))
+    assert op.output_tokens_per_s[0] == pytest.approx(op.requests_per_s[0] * 1024)
+
+
+def test_closed_loop_beyond_capacity_queues_by_littles_law():
+    c = _cand(2, engine=EngineSettings(max_num_seqs=32))
+    fit = fit_memory(c, 2048)
+    op = closed_loop(c, fit, 1024, 1024, np.array([32.0, 96.0]))
+    # same batch, same service; the 64 extra clients wait (96 - 32) / X
+    assert op.batch.tolist() == [32, 32]
+    assert op.tpot_s[1] == pytest.approx(op.tpot_s[0])
+    assert op.queue_s[1] == pytest.approx(64 / op.requests_per_s[1])
+    assert op.ttft_s[1] == pytest.approx(op.ttft_s[0] + op.queue_s[1])
+    # residence = C / X in closed loop
+    assert op.residence_s[1] == pytest.approx(96 / op.requests_per_s[1])
+
+
+def test_ttft_at_batch_1_is_one_mixed_step():
+    c = _cand()
+    op = closed_loop(c, fit_memory(c, 2048), 1024, 1024, 1)
+    assert op.ttft_s[0] == pytest.approx(op.mixed_step.step_s[0] * (1 + op.prefill_wait_steps[0]))
+
+
+def test_slo_point_is_the_largest_batch_meeting_tpot():
+    c = _cand()
+    fit = fit_memory(c, 3000)
+    sp = slo_operating_point(c, fit, 2000, 1000, 0.030, 10.0)
+    b = sp.point.batch[0]
+    assert sp.meets_slo[0]
+    assert sp.binding[0] == "tpot"
+    assert sp.point.tpot_s[0] <= 0.030
+    above = closed_loop(c, fit, 2000, 1000, b + 1)
+    assert above.tpot_s[0] > 0.030
+
+
+def test_slo_point_binding_memory_throughput_and_unmeetable():
+    c = CandidateArrays.build([LLAMA_70B, LLAMA_8B, LLAMA_70B], H100, "fp8", tp=[8, 1, 8])
+    fit = fit_memory(c, 33_000)
+    sp = slo_operating_point(c, fit, 32_000, 1000, np.array([10.0, 10.0, 0.001]), 1e6)
+    # loose SLOs: the KV budget (70B, long context) or max_num_seqs (8B short) bounds the batch
+    assert sp.binding[0] == "memory"
+    assert sp.point.batch[0] == fit.max_concurrency[0]
+    c2 = CandidateArrays.build(LLAMA_8B, H100, "fp8")
+    sp2 = slo_operating_point(c2, fit_memory(c2, 600), 500, 100, 10.0, 1e6)
+    assert sp2.binding[0] == "throughput"
+    assert sp2.point.batch[0] == 1024
+    # a 1 ms TPOT cannot be met even at batch 1
+    assert not sp.meets_slo[2]
+    assert sp.binding[2] == "tpot"
+    assert sp.point.batch[2] == 1

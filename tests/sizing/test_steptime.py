@@ -1,0 +1,157 @@
+"""Decode and prefill step times: roofline terms, MoE routing, links, PP, precisions."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from specs_catalog import B200, DEEPSEEK_V3, H100, L40S, LLAMA_70B
+
+from planner.sizing.candidates import CandidateArrays
+from planner.sizing.precision import compute_precision, peak_flops
+from planner.sizing.specs import Calibration
+from planner.sizing.steptime import (
+    decode_step,
+    expected_distinct_experts,
+    prefill_time,
+    ring_allreduce_s,
+    stage_cost,
+)
+
+EMBED_70B = 128256 * 8192
+
+
+def test_expected_distinct_experts():
+    # E (1 - (1 - k/E)^T): T=1 -> k; T=0 -> 0; dense -> 0; large T -> E
+    e = expected_distinct_experts(np.array([256, 256, 0, 256]), 8, np.array([1, 0, 50, 4096]))
+    assert e[0] == pytest.approx(8.0)
+    assert e[1] == 0.0
+    assert e[2] == 0.0
+    assert e[3] == pytest.approx(256.0, abs=1e-9)
+    # T=32: 256 * (1 - (248/256)^32) = 256 * (1 - 0.36204) = 163.31
+    assert expected_distinct_experts(256, 8, 32) == pytest.approx(163.31, abs=0.01)
+
+
+def test_batch1_decode_of_70b_is_weights_over_bandwidth():
+    # given 70B bf16 on one H100 (step time does not need the memory fit), eta_mem 1
+    cal = Calibration(eta_mem=1.0, step_overhead_s=0.0)
+    c = CandidateArrays.build(LLAMA_70B, H100, "bf16", calibration=cal)
+    st = decode_step(c, 1.0, 0.0)
+    # bytes: 141.1e9 minus the input embedding (1,050,673,152 * 2 B), read once
+    streamed = 141.1e9 - 2 * EMBED_70B
+    assert st.stage.weight_bytes[0] == pytest.approx(streamed)
+    # memory-bound: 139.0e9 / 3.35e12 = 41.49 ms -> 24.1 tok/s
+    assert st.stage.memory_bound[0]
+    assert st.step_s[0] == pytest.approx(streamed / 3.35e12)
+
+
+def test_decode_flops_are_2_pa_b_plus_attention():
+    c = CandidateArrays.build(LLAMA_70B, H100, "bf16", tp=8)
+    s = stage_cost(c, np.array([64.0]), np.array([2048.0]))
+    # (2 * (70.55e9 - E) * 64 + 64 * 4 * 64 * 128 * 80 * 2048) / 8
+    expected = (2 * (70.55e9 - EMBED_70B) * 64 + 64 * 4 * 64 * 128 * 80 * 2048) / 8
+    assert s.flops_decode[0] == pytest.approx(expected)
+
+
+def test_moe_decode_reads_distinct_experts_not_all():
+    # DeepSeek-V3 fp8 TP8 at batch 1: 8 experts per MoE layer of 256
+    c = CandidateArrays.build(DEEPSEEK_V3, H100, "fp8", tp=8)
+    one = stage_cost(c, np.array([1.0]), np.array([0.0]))
+    big = stage_cost(c, np.array([4096.0]), np.array([0.0]))
+    per_expert = 3 * 7168 * 2048 * 1.0  # fp8
+    expert_bytes_b1 = 8 * per_expert * 58 / 8
+    expert_bytes_all = 256 * per_expert * 58 / 8
+    nonexp = one.weight_bytes[0] - expert_bytes_b1
+    assert big.weight_bytes[0] - nonexp == pytest.approx(expert_bytes_all, rel=1e-6)
+
+
+def test_mla_decode_attention_is_absorbed_over_the_latent():
+    c = CandidateArrays.build(DEEPSEEK_V3, H100, "fp8", tp=8)
+    no_ctx = stage_cost(c, np.array([1.0]), np.array([0.0]))
+    ctx = stage_cost(c, np.array([1.0]), np.array([1000.0]))
+    # 2 * 128 * (2*512 + 64) FLOPs per cached token per layer, 61 layers, / TP8
+    assert ctx.flops_decode[0] - no_ctx.flops_decode[0] == pytest.approx(
+        2 * 128 * (2 * 512 + 64) * 61 * 1000 / 8
+    )
+
+
+def test_more_batch_never_shortens_the_step():
+    c = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=4)
+    b = np.array([1, 2, 8, 32, 128, 512, 1024], dtype=float)
+    steps = decode_step(c.take(np.zeros(7, dtype=int)), b, 3000.0).step_s
+    assert np.all(np.diff(steps) > 0)
+
+
+def test_ring_allreduce_on_pcie_vs_nvlink():
+    # one token of hidden 8192 in bf16 = 16,384 B over TP8, 70% link efficiency, 8 us latency
+    # L40S PCIe 64 GB/s bidirectional -> 32e9 one way: 2*7/8*16384/(32e9*0.7) + 8e-6
+    pcie = ring_allreduce_s(16384.0, 8, 32e9, 0.7, 8e-6)
+    assert pcie == pytest.approx(2 * 7 / 8 * 16384 / 22.4e9 + 8e-6)
+    # H100 NVLink 900 -> 450e9 one way
+    nvl = ring_allreduce_s(16384.0, 8, 450e9, 0.7, 8e-6)
+    assert nvl < pcie
+    assert ring_allreduce_s(16384.0, 1, 450e9, 0.7, 8e-6) == 0.0
+
+
+def test_tp8_prefill_on_l40s_pays_for_pcie():
+    c = CandidateArrays.build(LLAMA_70B, [H100, L40S], "fp8", tp=8)
+    s = stage_cost(c, np.array([0.0, 0.0]), np.array([0.0, 0.0]), 4096.0, 4096.0)
+    # 160 all-reduces of 4096*8192*2 B: L40S 160 * (1.75 * 67.1e6 / 22.4e9 + 8e-6) = 0.840 s
+    assert s.comm_s[1] == pytest.approx(160 * (1.75 * 4096 * 8192 * 2 / 22.4e9 + 8e-6))
+    assert s.comm_s[1] > 10 * s.comm_s[0]
+
+
+def test_pipeline_parallel_decode_model():
+    # given 70B fp8, memory-bound, PP1 vs PP2 (PP keeps 2 micro-batches of B/2 in flight)
+    cal = Calibration(step_overhead_s=0.0)
+    big = replace(H100, memory_gb=200)  # step time does not care whether it fits
+    c = CandidateArrays.build(LLAMA_70B, big, "fp8", pp=[1, 2], calibration=cal)
+    b, ctx = 8.0, 4000.0
+    st = decode_step(c, np.array([b, b]), np.array([ctx, ctx]))
+    assert st.stage.memory_bound.all()
+    bw = 3.35e12 * 0.8
+    w = st.stage.weight_bytes[0]  # PP1 stage = whole model minus the input embedding
+    kv = 2 * 80 * 8 * 128 * 1.0 * ctx  # one sequence's cache, all layers, fp8
+    # PP1: W/BW + B*KV/BW. PP2: each tick a stage reads W/2 and (B/2) sequences' half-layer
+    # cache; a token takes 2 ticks: 2 * (W/2 + (B/2) * KV/2) / BW + hop = W/BW + B*KV/(2 BW)
+    assert st.step_s[0] == pytest.approx((w + b * kv) / bw)
+    assert st.step_s[1] == pytest.approx((w + b * kv / 2) / bw + st.hop_s[1])
+    # the hop: (B/2) * 8192 * 2 B over NVLink one way at 70% + 8 us
+    assert st.hop_s[1] == pytest.approx(4 * 8192 * 2 / (450e9 * 0.7) + 8e-6)
+
+
+def test_prefill_is_compute_bound_and_quadratic():
+    cal = Calibration(step_overhead_s=0.0)
+    c = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=8, calibration=cal)
+    pf = prefill_time(c.take(np.zeros(2, dtype=int)), np.array([4096.0, 8192.0]))
+    assert not pf.stage.memory_bound.any()
+    # flops per GPU for p tokens: (2 Pa' p + 2 p^2 n_h d L) / TP
+    p = 8192.0
+    flops = (2 * (70.55e9 - EMBED_70B) * p + 2 * p * p * 64 * 128 * 80) / 8
+    assert pf.stage.flops_prefill[1] == pytest.approx(flops)
+    assert pf.n_chunks.tolist() == [1, 1]
+
+
+def test_long_prompt_is_chunked_by_the_token_budget():
+    c = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=8)
+    pf = prefill_time(c, np.array([20000.0]))
+    # chunk = 8192 tokens, ceil(20000 / 8192) = 3 chunks
+    assert pf.chunk_tokens[0] == 8192
+    assert pf.n_chunks[0] == 3
+
+
+@pytest.mark.parametrize(
+    ("gpu", "weights", "name", "tflops"),
+    [
+        (H100, "fp8", "fp8", 1979),
+        (H100, "fp4", "fp8", 1979),  # no fp4 tensor cores on Hopper
+        (B200, "fp4", "fp4", 9000),
+        (H100, "int4", "bf16", 989.5),  # weight-only, dequantized to bf16
+        (H100, "int8", "int8", 1979),
+        (L40S, "int8", "bf16", 362.05),  # no int8 peak in the spec: bf16
+        (H100, "bf16", "bf16", 989.5),
+        (replace(H100, dense_tflops={"bf16": 312.0}), "fp4", "bf16", 312.0),
+    ],
+)
+def test_compute_precision_fallbacks(gpu, weights, name, tflops):
+    assert compute_precision(gpu, weights) == name
+    assert peak_flops(gpu, weights) == tflops * 1e12
