@@ -300,8 +300,14 @@ def scalar_point(
     t_pure = step(dec, ctx)
     t_mixed = step(dec, ctx, max(chunk, pre), isl)
     tpot = (1 - f) * t_pure + f * t_mixed
+    group = max(min(b * isl, budget_tok - dec), chunk)
+    t_group = step(dec, ctx, group, isl)
+    fg = min(pre / group, 1.0)
+    grouped = (1 - fg) * t_pure + fg * t_group
+    blend = min(max(pre / chunk - 1.0, 0.0), 1.0)
+    tpot = (1 - blend) * tpot + blend * max(grouped, tpot)
     rho = min(pre / max(budget_tok - dec, 1.0), 0.95)
-    ttft = (n_ch + rho / (2 * (1 - rho)) * n_ch) * t_mixed
+    ttft = (n_ch + rho * rho / (2 * (1 - rho)) * n_ch) * t_group
     x = b / (ttft + osl * tpot)
     if batch > b:
         ttft += (batch - b) / x

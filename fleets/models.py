@@ -159,3 +159,60 @@ class ModelArchitecture(SourcedRow):
         if self.sliding_window_layers:
             return f"hybrid {kind} + sliding window {self.sliding_window}"
         return kind
+
+
+class CalibrationProfile(models.Model):
+    """Fitted efficiency constants of the performance model for one GPU x engine (x precision).
+
+    A profile is a handful of physical constants (``planner.sizing.calibrate``), never a table
+    of measured values. ``gpu`` is empty for generation-level profiles (fallback for GPUs with
+    no data of their own). ``cv_error`` holds the out-of-sample error per metric
+    (``{"ttft_ms": {"median_ape_pct": .., "mean_ape_pct": .., "n": ..}}``) and
+    ``relative_error`` the fraction the chain carries as a +- band.
+    """
+
+    class Generation(models.TextChoices):
+        AMPERE = "ampere", "NVIDIA Ampere"
+        ADA = "ada", "NVIDIA Ada Lovelace"
+        HOPPER = "hopper", "NVIDIA Hopper"
+        BLACKWELL = "blackwell", "NVIDIA Blackwell"
+        CDNA3 = "cdna3", "AMD CDNA 3"
+        CDNA4 = "cdna4", "AMD CDNA 4"
+
+    class Engine(models.TextChoices):
+        VLLM = "vllm", "vLLM"
+        SGLANG = "sglang", "SGLang"
+        TRTLLM = "trtllm", "TensorRT-LLM"
+        OTHER = "other", "other engine"
+        ANY = "any", "any engine"
+
+    SHIPPED = "shipped fit"
+
+    name = models.CharField(max_length=200)
+    gpu = models.ForeignKey(
+        GpuSku, null=True, blank=True, on_delete=models.CASCADE, related_name="calibrations"
+    )
+    generation = models.CharField(max_length=20, choices=Generation.choices)
+    engine_family = models.CharField(max_length=10, choices=Engine.choices, default=Engine.ANY)
+    precision = models.CharField(max_length=10, blank=True, help_text="Blank: any precision.")
+    constants = models.JSONField(help_text="Fitted constants by Calibration field name.")
+    free_constants = models.JSONField(default=list, help_text="Constants the fit moved.")
+    relative_error = models.FloatField(help_text="Cross-validated median APE (fraction).")
+    ttft_relative_error = models.FloatField(default=0.5)
+    cv_error = models.JSONField(default=dict, blank=True)
+    in_sample_error = models.JSONField(default=dict, blank=True)
+    fitted_row_ids = models.JSONField(default=list, blank=True)
+    fitted_sources = models.JSONField(default=list, blank=True)
+    n_points = models.PositiveIntegerField()
+    created = models.DateTimeField(auto_now_add=True)
+    source = models.CharField(max_length=300, help_text='"shipped fit" or "user upload <file>".')
+    owner = models.ForeignKey(
+        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["generation", "name", "-created"]
+        verbose_name = "calibration profile"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.source})"

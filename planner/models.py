@@ -40,6 +40,12 @@ class Scenario(models.Model):
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
     tags = models.JSONField(default=list, blank=True)
+    shared_with = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="scenarios_shared_with_me",
+        help_text="Users who may read (not edit) this scenario and its runs.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
 

@@ -23,12 +23,31 @@ from planner.sizing.specs import (
     canonical_precision,
 )
 
-REQUIRED = ("model", "gpu", "num_gpus", "tp", "pp", "ep", "weight_precision", "kv_precision",
-            "isl", "osl", "concurrency")  # fmt: skip
+REQUIRED = (
+    "model",
+    "gpu",
+    "num_gpus",
+    "tp",
+    "pp",
+    "ep",
+    "weight_precision",
+    "kv_precision",
+    "isl",
+    "osl",
+    "concurrency",
+)
 OUTPUT = (
-    "fits", "reason", "weights_gb_per_gpu", "kv_bytes_per_token", "kv_capacity_tokens",
-    "max_concurrency", "total_output_tok_s", "output_tok_s_per_gpu", "ttft_ms", "tpot_ms",
-)  # fmt: skip
+    "fits",
+    "reason",
+    "weights_gb_per_gpu",
+    "kv_bytes_per_token",
+    "kv_capacity_tokens",
+    "max_concurrency",
+    "total_output_tok_s",
+    "output_tok_s_per_gpu",
+    "ttft_ms",
+    "tpot_ms",
+)
 ENGINES = {"vllm", "sglang", "trtllm"}
 MAX_GPUS = 100_000
 MAX_TOKENS = 10_000_000
@@ -111,9 +130,20 @@ def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
     engine = (row.get("engine") or "vllm").strip().lower() or "vllm"
     if engine not in ENGINES:
         raise RowError(f"engine must be one of {', '.join(sorted(ENGINES))}, got {engine!r}")
-    return ParsedRow(model, gpu, _int(row, "num_gpus"), _int(row, "tp"), _int(row, "pp", 1),
-                     _int(row, "ep", 1), weight, kv, _tokens(row, "isl"), _tokens(row, "osl"),
-                     concurrency, engine)  # fmt: skip
+    return ParsedRow(
+        model,
+        gpu,
+        _int(row, "num_gpus"),
+        _int(row, "tp"),
+        _int(row, "pp", 1),
+        _int(row, "ep", 1),
+        weight,
+        kv,
+        _tokens(row, "isl"),
+        _tokens(row, "osl"),
+        concurrency,
+        engine,
+    )
 
 
 def _format(value) -> str:
@@ -134,8 +164,13 @@ def predict_csv(
     sink: TextIO,
     resolver: Resolver,
     calibration_for=lambda gpu, engine: Calibration(),
+    simulate: bool = False,
 ) -> dict:
-    """Read IN.csv from ``source`` and write OUT.csv to ``sink``; return counts."""
+    """Read IN.csv from ``source`` and write OUT.csv to ``sink``; return counts.
+
+    ``simulate``: replace throughput and the TTFT/TPOT medians of fitting rows by the
+    discrete-event simulator's (slow path, ~0.05-1 s per row) instead of the mean-value model.
+    """
     reader = csv.DictReader(source)
     header = reader.fieldnames or []
     missing = [c for c in REQUIRED if c not in header]
@@ -152,6 +187,10 @@ def predict_csv(
             errors[i] = str(exc)
     good = [i for i, p in enumerate(parsed) if p is not None]
     results = _predict(parsed, good, calibration_for)
+    if simulate:
+        for i in good:
+            if results[i]["fits"]:
+                results[i].update(simulate_row(parsed[i], results[i], calibration_for))
     writer = csv.writer(sink, lineterminator="\n")
     extra = [c for c in OUTPUT if c not in header]
     writer.writerow(list(header) + extra)
@@ -162,8 +201,11 @@ def predict_csv(
         else:
             out.update({c: _format(v) for c, v in results[i].items()})
         writer.writerow([out.get(c, "") for c in list(header) + extra])
-    return {"rows": len(rows), "bad_rows": len(errors),
-            "fits": sum(1 for r in results.values() if r["fits"])}  # fmt: skip
+    return {
+        "rows": len(rows),
+        "bad_rows": len(errors),
+        "fits": sum(1 for r in results.values() if r["fits"]),
+    }
 
 
 def _predict(parsed: list, good: list[int], calibration_for) -> dict[int, dict]:
@@ -172,14 +214,52 @@ def _predict(parsed: list, good: list[int], calibration_for) -> dict[int, dict]:
     rows = [parsed[i] for i in good]
     engines = {e: EngineSettings(engine=e) for e in ENGINES}
     prediction = predict_rows(
-        [r.model for r in rows], [r.gpu for r in rows],
-        np.array([r.num_gpus for r in rows]), np.array([r.tp for r in rows]),
-        np.array([r.pp for r in rows]), np.array([r.ep for r in rows]),
-        [r.weight_precision for r in rows], [r.kv_precision or None for r in rows],
-        np.array([r.isl for r in rows]), np.array([r.osl for r in rows]),
+        [r.model for r in rows],
+        [r.gpu for r in rows],
+        np.array([r.num_gpus for r in rows]),
+        np.array([r.tp for r in rows]),
+        np.array([r.pp for r in rows]),
+        np.array([r.ep for r in rows]),
+        [r.weight_precision for r in rows],
+        [r.kv_precision or None for r in rows],
+        np.array([r.isl for r in rows]),
+        np.array([r.osl for r in rows]),
         np.array([r.concurrency for r in rows]),
         engine=[engines[r.engine] for r in rows],
         calibration=[calibration_for(r.gpu, r.engine) for r in rows],
-    )  # fmt: skip
+    )
     columns = {c: getattr(prediction, c).tolist() for c in OUTPUT}
     return {i: {c: columns[c][k] for c in OUTPUT} for k, i in enumerate(good)}
+
+
+def simulate_row(row: ParsedRow, predicted: dict, calibration_for) -> dict:
+    """Closed-loop simulation of one fitting row at its concurrency (blank: max_concurrency
+    capped by max_num_seqs): fixed lengths, ``max(10 C, 300)`` requests of which the first
+    ``2 C`` are warm-up. Returns the overridden output columns (medians, as predict's)."""
+    from planner.sizing.candidates import CandidateArrays
+    from planner.sizing.chain import default_dp
+    from planner.sizing.simulate import LengthDist, Workload
+    from planner.sizing.simulate import simulate as run
+
+    engine = EngineSettings(engine=row.engine)
+    dp = int(default_dp(row.num_gpus, row.tp, row.pp))
+    c = CandidateArrays.build(row.model, row.gpu, row.weight_precision, row.kv_precision or None,
+                              row.tp, row.pp, row.ep, dp, engine,
+                              calibration_for(row.gpu, row.engine))  # fmt: skip
+    conc = row.concurrency
+    if not math.isfinite(conc):
+        conc = min(predicted["max_concurrency"], engine.max_num_seqs * dp)
+    conc = int(max(conc, 1))
+    w = Workload(LengthDist(row.isl), LengthDist(row.osl), requests=max(10 * conc, 300),
+                 concurrency=conc, warmup_requests=2 * conc)  # fmt: skip
+    try:
+        result = run(c, w)
+    except ValueError as exc:
+        return {"fits": False, "reason": f"simulation: {exc}"}
+    total = result.output_tokens_per_s
+    return {
+        "total_output_tok_s": total,
+        "output_tok_s_per_gpu": total / row.num_gpus,
+        "ttft_ms": result.percentiles_ms("ttft")["p50"],
+        "tpot_ms": result.percentiles_ms("tpot")["p50"],
+    }

@@ -13,10 +13,22 @@ from planner import snapshot as snap
 from planner.sizing.chain import Plan, PlanRow, plan
 
 RESULT_FIELDS = (
-    "fits", "reason", "batch", "ttft_ms", "tpot_ms", "throughput_tok_s", "replicas", "gpus",
-    "usd_per_hour", "usd_per_month", "usd_per_mtok", "tokens_per_usd", "headroom",
-    "binding_constraint", "meets_slo",
-)  # fmt: skip
+    "fits",
+    "reason",
+    "batch",
+    "ttft_ms",
+    "tpot_ms",
+    "throughput_tok_s",
+    "replicas",
+    "gpus",
+    "usd_per_hour",
+    "usd_per_month",
+    "usd_per_mtok",
+    "tokens_per_usd",
+    "headroom",
+    "binding_constraint",
+    "meets_slo",
+)
 
 
 def finite(value) -> float | None:
@@ -92,8 +104,13 @@ def size_candidates(inputs: dict, indices) -> list[dict]:
     """Run the core chain on ``inputs["candidates"][indices]``; return result field values."""
     indices = list(indices)
     candidates = snap.candidates(inputs, indices)
-    result: Plan = plan(snap.traffic(inputs), snap.slo(inputs), snap.policy(inputs), candidates,
-                        snap.api_price(inputs))  # fmt: skip
+    result: Plan = plan(
+        snap.traffic(inputs),
+        snap.slo(inputs),
+        snap.policy(inputs),
+        candidates,
+        snap.api_price(inputs),
+    )
     by_label = {row.label: row for row in result.rows}
     out = []
     for i in indices:

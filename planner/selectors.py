@@ -135,3 +135,50 @@ def gpu_hour_price(
         .order_by("usd_per_gpu_hour")
         .first()
     )
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def scenarios_visible_to(user):
+    """Scenarios the user owns or that were shared with them (read-only for the latter)."""
+    from django.db.models import Q
+
+    from planner.models import Scenario
+
+    if not user.is_authenticated:
+        return Scenario.objects.none()
+    return Scenario.objects.filter(Q(owner=user) | Q(shared_with=user)).distinct()
+
+
+def scenarios_owned_by(user):
+    from planner.models import Scenario
+
+    return Scenario.objects.filter(owner=user) if user.is_authenticated else Scenario.objects.none()
+
+
+def runs_visible_to(user):
+    from planner.models import SizingRun
+
+    return SizingRun.objects.filter(scenario__in=scenarios_visible_to(user))
+
+
+def latest_run(scenario):
+    return scenario.runs.order_by("-created_at").first()
+
+
+def share_link_for_token(token: str):
+    """The live (not revoked, not expired) link for a raw token, or None."""
+    from django.utils import timezone
+
+    from planner.models import ShareLink
+    from planner.services import hash_share_token
+
+    link = (
+        ShareLink.objects.select_related("scenario", "run")
+        .filter(token_sha256=hash_share_token(token), revoked_at__isnull=True)
+        .first()
+    )
+    if link is None or (link.expires_at and link.expires_at <= timezone.now()):
+        return None
+    return link

@@ -28,7 +28,6 @@ from planner.selectors import (
 )
 from planner.sizing.specs import (
     ApiPrice,
-    Calibration,
     EngineSettings,
     Policy,
     Slo,
@@ -40,13 +39,38 @@ from pricing.services import price_sheet_lock
 log = logging.getLogger(__name__)
 
 SCALAR_FIELDS = [
-    "name", "description", "tags", "peak_rps", "mean_rps", "hourly_rps", "prompt_tokens_mean",
-    "prompt_tokens_p95", "output_tokens_mean", "output_tokens_p95", "shared_prefix_tokens",
-    "prefix_hit_rate", "ttft_ms", "tpot_ms", "slo_percentile", "goodput_target", "precisions",
-    "tp_options", "pp_options", "ep_options", "engine", "calibration_profile", "tier",
-    "api_provider", "api_model", "api_input_usd_per_mtok", "api_output_usd_per_mtok",
-    "target_utilization", "spare_replicas", "burst_factor", "warm_pool_replicas",
-]  # fmt: skip
+    "name",
+    "description",
+    "tags",
+    "peak_rps",
+    "mean_rps",
+    "hourly_rps",
+    "prompt_tokens_mean",
+    "prompt_tokens_p95",
+    "output_tokens_mean",
+    "output_tokens_p95",
+    "shared_prefix_tokens",
+    "prefix_hit_rate",
+    "ttft_ms",
+    "tpot_ms",
+    "slo_percentile",
+    "goodput_target",
+    "precisions",
+    "tp_options",
+    "pp_options",
+    "ep_options",
+    "engine",
+    "calibration_profile",
+    "tier",
+    "api_provider",
+    "api_model",
+    "api_input_usd_per_mtok",
+    "api_output_usd_per_mtok",
+    "target_utilization",
+    "spare_replicas",
+    "burst_factor",
+    "warm_pool_replicas",
+]
 MAX_CANDIDATES = 20_000
 
 
@@ -238,17 +262,27 @@ def expand_candidates(scenario: Scenario, models, gpus) -> list[dict]:
                     for pp in scenario.pp_options or [1]:
                         for ep in _ep_choices(scenario, model, tp):
                             key = f"{model.slug}|{gpu.slug}|{precision}|tp{tp}|pp{pp}|ep{ep}"
-                            rows.append({"key": key, "model": model.slug, "gpu": gpu.slug,
-                                         "precision": precision, "kv_precision": "",
-                                         "tp": tp, "pp": pp, "ep": ep})  # fmt: skip
+                            rows.append(
+                                {
+                                    "key": key,
+                                    "model": model.slug,
+                                    "gpu": gpu.slug,
+                                    "precision": precision,
+                                    "kv_precision": "",
+                                    "tp": tp,
+                                    "pp": pp,
+                                    "ep": ep,
+                                }
+                            )
     return rows
 
 
 def _api_price(scenario: Scenario, sheet: PriceSheet | None) -> ApiPrice | None:
     if scenario.api_input_usd_per_mtok is not None and scenario.api_output_usd_per_mtok is not None:
         label = f"{scenario.api_provider} {scenario.api_model}".strip() or "explicit API price"
-        return ApiPrice(scenario.api_input_usd_per_mtok, scenario.api_output_usd_per_mtok,
-                        label=label)  # fmt: skip
+        return ApiPrice(
+            scenario.api_input_usd_per_mtok, scenario.api_output_usd_per_mtok, label=label
+        )
     if scenario.api_model and sheet is not None:
         rows = ApiTokenPrice.objects.filter(sheet=sheet, model__iexact=scenario.api_model)
         if scenario.api_provider:
@@ -264,8 +298,9 @@ def _api_price(scenario: Scenario, sheet: PriceSheet | None) -> ApiPrice | None:
     return None
 
 
-def build_inputs_snapshot(scenario: Scenario, sheet: PriceSheet | None, models=None,
-                          gpus=None) -> dict:  # fmt: skip
+def build_inputs_snapshot(
+    scenario: Scenario, sheet: PriceSheet | None, models=None, gpus=None
+) -> dict:
     """Everything a run needs, frozen as JSON (see planner.snapshot).
 
     ``models`` and ``gpus`` default to the scenario's; pass them for an unsaved scenario.
@@ -279,7 +314,8 @@ def build_inputs_snapshot(scenario: Scenario, sheet: PriceSheet | None, models=N
         if row is None:
             missing.append(gpu.name)
     traffic = Traffic(
-        peak_rps=scenario.peak_rps, mean_rps=scenario.mean_rps,
+        peak_rps=scenario.peak_rps,
+        mean_rps=scenario.mean_rps,
         prompt_tokens_mean=scenario.prompt_tokens_mean,
         output_tokens_mean=scenario.output_tokens_mean,
         prompt_tokens_p95=scenario.prompt_tokens_p95,
@@ -287,28 +323,51 @@ def build_inputs_snapshot(scenario: Scenario, sheet: PriceSheet | None, models=N
         shared_prefix_tokens=scenario.shared_prefix_tokens,
         prefix_hit_rate=scenario.prefix_hit_rate,
         hourly_rps=tuple(scenario.hourly_rps or ()),
-    )  # fmt: skip
+    )
     api = _api_price(scenario, sheet)
     return {
         "version": snap.SNAPSHOT_VERSION,
         "scenario": {"id": scenario.pk, "name": scenario.name},
         "traffic": snap.to_json(traffic),
-        "slo": snap.to_json(Slo(scenario.ttft_ms, scenario.tpot_ms, scenario.slo_percentile,
-                                scenario.goodput_target)),
-        "policy": snap.to_json(Policy(scenario.target_utilization, scenario.spare_replicas,
-                                      scenario.burst_factor, scenario.warm_pool_replicas)),
+        "slo": snap.to_json(
+            Slo(
+                scenario.ttft_ms, scenario.tpot_ms, scenario.slo_percentile, scenario.goodput_target
+            )
+        ),
+        "policy": snap.to_json(
+            Policy(
+                scenario.target_utilization,
+                scenario.spare_replicas,
+                scenario.burst_factor,
+                scenario.warm_pool_replicas,
+            )
+        ),
         "api_price": snap.to_json(api) if api else None,
         "engine": snap.to_json(EngineSettings(engine=scenario.engine)),
-        "calibrations": {g.slug: snap.to_json(Calibration()) for g in gpus},
+        "calibrations": _calibrations(scenario, gpus),
         "models": {m.slug: snap.to_json(model_spec(m)) for m in models},
         "gpus": {g.slug: snap.to_json(gpu_spec(g, prices[g.slug])) for g in gpus},
         "gpu_names": {g.slug: g.name for g in gpus},
         "tier": scenario.tier,
         "price_sheet": {"id": sheet.pk, "name": sheet.name, "version": sheet.version}
-        if sheet else None,
+        if sheet
+        else None,
         "gpus_without_price": missing,
         "candidates": expand_candidates(scenario, models, gpus),
-    }  # fmt: skip
+    }
+
+
+def _calibrations(scenario: Scenario, gpus) -> dict:
+    """Per GPU: the best calibration profile for the scenario's engine (fallback chain in
+    fleets.calibration: GPU x engine -> GPU other engine -> generation -> physics defaults)."""
+    from fleets.calibration import profile_selector
+
+    select = profile_selector(owner=scenario.owner if scenario.owner_id else None)
+    out = {}
+    for gpu in gpus:
+        calibration, label = select(gpu.slug, scenario.engine, "")
+        out[gpu.slug] = snap.to_json(calibration) | {"name": label}
+    return out
 
 
 class WorkersUnavailable(RuntimeError):
@@ -332,8 +391,13 @@ def _create_run(scenario: Scenario) -> SizingRun:
         )
     size = settings.SIZING_BATCH_SIZE
     batches = (count + size - 1) // size
-    run = SizingRun.objects.create(scenario=scenario, inputs=inputs, price_sheet=sheet,
-                                   candidate_count=count, batch_count=batches)  # fmt: skip
+    run = SizingRun.objects.create(
+        scenario=scenario,
+        inputs=inputs,
+        price_sheet=sheet,
+        candidate_count=count,
+        batch_count=batches,
+    )
     if sheet is not None:
         price_sheet_lock(sheet)
     return run
@@ -366,8 +430,9 @@ def hash_share_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def share_link_create(*, user, scenario: Scenario, run: SizingRun | None = None,
-                      expires_at=None) -> tuple[ShareLink, str]:  # fmt: skip
+def share_link_create(
+    *, user, scenario: Scenario, run: SizingRun | None = None, expires_at=None
+) -> tuple[ShareLink, str]:
     """Create a read-only link; return it with the raw token (shown once, stored hashed)."""
     if run is not None and run.scenario_id != scenario.pk:
         raise ValidationError({"run": ["this run belongs to another scenario"]})

@@ -27,8 +27,12 @@ from planner.models import CandidateResult, SizingRun
 
 log = logging.getLogger(__name__)
 
-BROKER_ERRORS = (kombu.exceptions.OperationalError, redis.exceptions.ConnectionError,
-                 ConnectionError, TimeoutError)  # fmt: skip
+BROKER_ERRORS = (
+    kombu.exceptions.OperationalError,
+    redis.exceptions.ConnectionError,
+    ConnectionError,
+    TimeoutError,
+)
 TRANSIENT_DB_ERRORS = (OperationalError, InterfaceError)
 TASK_OPTIONS = {
     "acks_late": True,
@@ -92,8 +96,10 @@ def size_batch(run_id: int, batch_index: int) -> int:
         raise
     except Exception as exc:  # a calculation bug: fail the run readably, never hang or retry
         log.exception("sizing failed for run %s batch %s", run_id, batch_index)
-        _fail(run_id, f"calculation error in batch {batch_index}: {exc!r}\n"
-                      f"{traceback.format_exc(limit=3)}")  # fmt: skip
+        _fail(
+            run_id,
+            f"calculation error in batch {batch_index}: {exc!r}\n{traceback.format_exc(limit=3)}",
+        )
         return 0
     _save_batch(run_id, batch_index, values)
     return len(values)
@@ -107,9 +113,11 @@ def _save_batch(run_id: int, batch_index: int, values: list[dict]) -> None:
         if batch_index in run.batches_done:
             return
         CandidateResult.objects.bulk_create(
-            rows, update_conflicts=True, unique_fields=["run", "candidate_key"],
+            rows,
+            update_conflicts=True,
+            unique_fields=["run", "candidate_key"],
             update_fields=update_fields,
-        )  # fmt: skip
+        )
         run.batches_done = sorted({*run.batches_done, batch_index})
         run.progress = min(99, int(100 * len(run.batches_done) / max(run.batch_count, 1)))
         run.heartbeat_at = timezone.now()
@@ -166,19 +174,37 @@ def summarize(run: SizingRun, results: list, best_per_gpu: dict) -> dict:
         best = best_per_gpu.get(slug)
         if best is None:
             tried = [r for r in results if r.gpu_slug == slug]
-            reasons = sorted({r.reason or f"misses the SLO ({r.binding_constraint})"
-                              for r in tried})[:3]  # fmt: skip
-            per_gpu.append({"gpu": slug, "gpu_name": name, "recommended": None,
-                            "why_none": "; ".join(reasons) or "no candidate"})  # fmt: skip
+            reasons = sorted(
+                {r.reason or f"misses the SLO ({r.binding_constraint})" for r in tried}
+            )[:3]
+            per_gpu.append(
+                {
+                    "gpu": slug,
+                    "gpu_name": name,
+                    "recommended": None,
+                    "why_none": "; ".join(reasons) or "no candidate",
+                }
+            )
             continue
-        per_gpu.append({
-            "gpu": slug, "gpu_name": name, "recommended": best.candidate_key,
-            "model": best.model_name, "precision": best.precision, "tp": best.tp,
-            "gpus": best.gpus, "replicas": best.replicas, "usd_per_month": best.usd_per_month,
-            "usd_per_hour": best.usd_per_hour, "usd_per_mtok": best.usd_per_mtok,
-            "tokens_per_usd": best.tokens_per_usd, "ttft_ms": best.ttft_ms,
-            "tpot_ms": best.tpot_ms, "breakeven": best.derivation.get("breakeven"),
-        })  # fmt: skip
+        per_gpu.append(
+            {
+                "gpu": slug,
+                "gpu_name": name,
+                "recommended": best.candidate_key,
+                "model": best.model_name,
+                "precision": best.precision,
+                "tp": best.tp,
+                "gpus": best.gpus,
+                "replicas": best.replicas,
+                "usd_per_month": best.usd_per_month,
+                "usd_per_hour": best.usd_per_hour,
+                "usd_per_mtok": best.usd_per_mtok,
+                "tokens_per_usd": best.tokens_per_usd,
+                "ttft_ms": best.ttft_ms,
+                "tpot_ms": best.tpot_ms,
+                "breakeven": best.derivation.get("breakeven"),
+            }
+        )
     overall = next((r for r in results if r.meets_slo), None)
     return {
         "candidates": len(results),

@@ -1,15 +1,751 @@
-"""Server-rendered pages."""
+"""Server-rendered pages. Views stay small: selectors read, services write, charts draw.
 
-from django.shortcuts import render
+Every object route looks its object up through ``scenarios_visible_to`` / ``runs_visible_to``
+(or ``scenarios_owned_by`` for writes), so another user's id answers 404, never 403.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.db import connection
+from django.db.models import OuterRef, Q, Subquery
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+from django.views.decorators.http import require_POST
+from rest_framework.authtoken.models import Token
 
 from fleets.models import GpuSku, ModelArchitecture
-from pricing.models import PriceSheet
+from planner import charts, exports, selectors, services
+from planner.forms import (
+    ScenarioForm,
+    initial_from_scenario,
+    preset_initial,
+    presets,
+)
+from planner.models import CandidateResult, Scenario, ShareLink, SizingRun
+
+MAX_TABLE_ROWS = 500
+XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
 
 def home(request):
     context = {
         "gpus": GpuSku.objects.all(),
         "models": ModelArchitecture.objects.all(),
-        "sheet": PriceSheet.objects.order_by("-effective_date", "-version").first(),
+        "sheet": selectors.latest_price_sheet(),
     }
     return render(request, "planner/home.html", context)
+
+
+# --------------------------------------------------------------------------- account
+
+
+@login_required
+def api_token(request):
+    """Show the user's REST API token; POST regenerates it (the old one stops working)."""
+    token = Token.objects.filter(user=request.user).first()
+    if request.method == "POST":
+        if token is not None:
+            token.delete()
+        token = Token.objects.create(user=request.user)
+        messages.success(request, "A new API token was created; the previous one no longer works.")
+        return redirect("planner:api-token")
+    return render(request, "accounts/token.html", {"token": token})
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def visible_scenario(request, pk: int) -> Scenario:
+    return get_object_or_404(selectors.scenarios_visible_to(request.user), pk=pk)
+
+
+def owned_scenario(request, pk: int) -> Scenario:
+    return get_object_or_404(selectors.scenarios_owned_by(request.user), pk=pk)
+
+
+def visible_run(request, pk: int) -> SizingRun:
+    return get_object_or_404(
+        selectors.runs_visible_to(request.user).select_related("scenario", "scenario__owner"),
+        pk=pk,
+    )
+
+
+def with_tag(queryset, tag: str):
+    """Scenarios carrying ``tag`` (JSON containment on PostgreSQL, a scan elsewhere)."""
+    if connection.vendor == "postgresql":
+        return queryset.filter(tags__contains=[tag])
+    ids = [pk for pk, tags in queryset.values_list("pk", "tags") if tag in (tags or [])]
+    return queryset.filter(pk__in=ids)
+
+
+def best_option(summary: dict) -> dict | None:
+    """The summary's per-GPU entry of the overall best option (cheapest meeting the SLOs)."""
+    best = (summary or {}).get("best")
+    for entry in (summary or {}).get("per_gpu", []):
+        if best and entry.get("recommended") == best:
+            return entry
+    return None
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+@login_required
+def scenario_list(request):
+    query = request.GET.get("q", "").strip()
+    tag = request.GET.get("tag", "").strip()
+    visible = selectors.scenarios_visible_to(request.user)
+    latest = SizingRun.objects.filter(scenario=OuterRef("pk")).order_by("-created_at")
+    scenarios = visible.select_related("owner").annotate(
+        latest_run_id=Subquery(latest.values("pk")[:1])
+    )
+    if query:
+        scenarios = scenarios.filter(Q(name__icontains=query) | Q(description__icontains=query))
+    if tag:
+        scenarios = with_tag(scenarios, tag)
+    scenarios = list(scenarios.order_by("-updated_at", "-pk")[:200])
+    runs = SizingRun.objects.only("status", "progress", "summary", "created_at").in_bulk(
+        [s.latest_run_id for s in scenarios if s.latest_run_id]
+    )
+    for scenario in scenarios:
+        scenario.latest_run = runs.get(scenario.latest_run_id)
+        best = best_option(scenario.latest_run.summary) if scenario.latest_run else None
+        scenario.best_usd_per_month = best.get("usd_per_month") if best else None
+    all_tags = sorted({t for tags in visible.values_list("tags", flat=True) for t in tags or []})
+    context = {"scenarios": scenarios, "query": query, "tag": tag, "all_tags": all_tags}
+    return render(request, "planner/scenario_list.html", context)
+
+
+def _start_run(request, scenario: Scenario):
+    """Start a run and go to its page (which polls); explain when it cannot start."""
+    try:
+        run = services.sizing_run_start(scenario=scenario)
+    except services.WorkersUnavailable as exc:
+        messages.warning(request, str(exc))
+        run = selectors.latest_run(scenario)
+    except ValidationError as exc:
+        for message in exc.messages:
+            messages.error(request, f"The run did not start: {message}")
+        return redirect("planner:scenario-detail", pk=scenario.pk)
+    return redirect("planner:run-detail", pk=run.pk)
+
+
+def _form_page(request, form, scenario=None, preset=""):
+    context = {
+        "form": form,
+        "scenario": scenario,
+        "presets": [(slug, doc.get("name", slug)) for slug, doc in presets().items()],
+        "preset": preset,
+    }
+    status = 400 if request.method == "POST" else 200
+    return render(request, "planner/scenario_form.html", context, status=status)
+
+
+@login_required
+def scenario_create(request):
+    preset = request.GET.get("preset", "")
+    initial = preset_initial(preset) if preset else None
+    if preset and initial is None:
+        messages.error(request, f"Unknown preset {preset!r}.")
+    form = ScenarioForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            scenario = services.scenario_create(owner=request.user, data=form.service_data())
+        except ValidationError as exc:
+            form.apply_service_errors(exc)
+        else:
+            messages.success(request, f"Scenario “{scenario.name}” saved.")
+            if request.POST.get("action") == "run":
+                return _start_run(request, scenario)
+            return redirect("planner:scenario-detail", pk=scenario.pk)
+    return _form_page(request, form, preset=preset)
+
+
+@login_required
+def scenario_edit(request, pk: int):
+    scenario = owned_scenario(request, pk)
+    form = ScenarioForm(request.POST or None, initial=initial_from_scenario(scenario))
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.scenario_update(scenario=scenario, data=form.service_data())
+        except ValidationError as exc:
+            form.apply_service_errors(exc)
+        else:
+            messages.success(request, f"Scenario “{scenario.name}” updated.")
+            if request.POST.get("action") == "run":
+                return _start_run(request, scenario)
+            return redirect("planner:scenario-detail", pk=scenario.pk)
+    return _form_page(request, form, scenario=scenario)
+
+
+@login_required
+def scenario_detail(request, pk: int):
+    scenario = visible_scenario(request, pk)
+    runs = list(scenario.runs.only("status", "progress", "created_at", "summary")[:30])
+    for run in runs:
+        best = best_option(run.summary)
+        run.best_usd_per_month = best.get("usd_per_month") if best else None
+    context = {
+        "scenario": scenario,
+        "is_owner": scenario.owner_id == request.user.pk,
+        "runs": runs,
+        "inputs": scenario_inputs(scenario),
+    }
+    return render(request, "planner/scenario_detail.html", context)
+
+
+@login_required
+@require_POST
+def scenario_run(request, pk: int):
+    return _start_run(request, owned_scenario(request, pk))
+
+
+# --------------------------------------------------------------------------- runs
+
+
+@login_required
+def run_detail(request, pk: int):
+    run = visible_run(request, pk)
+    is_owner = run.scenario.owner_id == request.user.pk
+    context = {
+        "run": run,
+        "scenario": run.scenario,
+        "is_owner": is_owner,
+        "read_only": False,
+        **run_body_context(run, request.GET.get("chain")),
+    }
+    if is_owner:
+        context["share_links"] = ShareLink.objects.filter(
+            scenario=run.scenario, revoked_at__isnull=True
+        ).select_related("run")
+        context["new_share_url"] = request.session.pop("new_share_url", None)
+        context["min_expiry"] = (timezone.now() + dt.timedelta(minutes=5)).strftime(
+            "%Y-%m-%dT%H:%M"
+        )
+    return render(request, "planner/run_detail.html", context)
+
+
+@login_required
+def run_progress(request, pk: int):
+    """The polled partial: the progress bar while running, the results once finished."""
+    run = visible_run(request, pk)
+    if not request.htmx:
+        return redirect("planner:run-detail", pk=run.pk)
+    context = {"run": run, "read_only": False, **run_body_context(run, None)}
+    return render(request, "planner/_run_body.html", context)
+
+
+def _csv_response(run: SizingRun) -> HttpResponse:
+    response = HttpResponse(exports.run_csv(run), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="headroom-run-{run.pk}.csv"'
+    return response
+
+
+def _xlsx_response(run: SizingRun) -> HttpResponse:
+    response = HttpResponse(exports.run_xlsx(run), content_type=XLSX_TYPE)
+    response["Content-Disposition"] = f'attachment; filename="headroom-run-{run.pk}.xlsx"'
+    return response
+
+
+@login_required
+def run_export_csv(request, pk: int):
+    return _csv_response(visible_run(request, pk))
+
+
+@login_required
+def run_export_xlsx(request, pk: int):
+    return _xlsx_response(visible_run(request, pk))
+
+
+# --------------------------------------------------------------------------- share links
+
+
+def parse_expiry(value: str) -> dt.datetime | None:
+    """'' -> None; an ISO date (end of that day, UTC) or date-time (UTC when naive)."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    moment = parse_datetime(value)
+    if moment is None:
+        day = parse_date(value)
+        if day is None:
+            raise ValidationError({"expires_at": ["use a date (YYYY-MM-DD) or a date and time"]})
+        moment = dt.datetime.combine(day, dt.time.max)
+    if timezone.is_naive(moment):
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment
+
+
+@login_required
+@require_POST
+def share_create(request, pk: int):
+    run = get_object_or_404(
+        SizingRun.objects.filter(scenario__in=selectors.scenarios_owned_by(request.user)), pk=pk
+    )
+    try:
+        link, token = services.share_link_create(
+            user=request.user,
+            scenario=run.scenario,
+            run=run,
+            expires_at=parse_expiry(request.POST.get("expires_at", "")),
+        )
+    except ValidationError as exc:
+        for messages_ in exc.message_dict.values():
+            for message in messages_:
+                messages.error(request, f"The link was not created: expiry {message}")
+    else:
+        url = request.build_absolute_uri(reverse("planner:shared", args=[token]))
+        request.session["new_share_url"] = url
+        messages.success(request, "Read-only link created. Copy it now: it is shown only once.")
+    return redirect(reverse("planner:run-detail", args=[run.pk]) + "#share")
+
+
+@login_required
+@require_POST
+def share_revoke(request, link_id):
+    link = get_object_or_404(
+        ShareLink.objects.filter(scenario__in=selectors.scenarios_owned_by(request.user)),
+        pk=link_id,
+    )
+    services.share_link_revoke(link=link)
+    messages.success(request, "The link is revoked; it now answers 404.")
+    run = link.run or selectors.latest_run(link.scenario)
+    if run is None:
+        return redirect("planner:scenario-detail", pk=link.scenario_id)
+    return redirect(reverse("planner:run-detail", args=[run.pk]) + "#share")
+
+
+def _shared_run(token: str) -> tuple[ShareLink, SizingRun]:
+    link = selectors.share_link_for_token(token)
+    run = (link.run or selectors.latest_run(link.scenario)) if link else None
+    if run is None:
+        raise Http404("This link is not valid: it was revoked, it expired or it never existed.")
+    return link, run
+
+
+def _private(response: HttpResponse) -> HttpResponse:
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "no-referrer"
+    response["X-Robots-Tag"] = "noindex, nofollow"
+    return response
+
+
+def shared_view(request, token: str):
+    """Read-only results behind a share link: no sign-in, no edit controls, no owner."""
+    link, run = _shared_run(token)
+    context = {
+        "run": run,
+        "scenario": run.scenario,
+        "read_only": True,
+        "link": link,
+        "token": token,
+        **run_body_context(run, request.GET.get("chain")),
+    }
+    return _private(render(request, "planner/shared.html", context))
+
+
+def shared_export(request, token: str, fmt: str):
+    _, run = _shared_run(token)
+    return _private(_csv_response(run) if fmt == "csv" else _xlsx_response(run))
+
+
+# --------------------------------------------------------------------------- compare
+
+
+def _fmt(value) -> str:
+    from planner.templatetags.headroom import num
+
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value) or "—"
+    if value is None or value == "":
+        return "—"
+    return num(value) if isinstance(value, int | float) else str(value)
+
+
+def scenario_inputs(scenario: Scenario) -> list[tuple[str, str]]:
+    """The scenario's current inputs as (label with unit, text) rows."""
+    api = ""
+    if scenario.api_input_usd_per_mtok is not None:
+        api = (
+            f"${scenario.api_input_usd_per_mtok:g} in / "
+            f"${scenario.api_output_usd_per_mtok or 0:g} out per M tokens"
+        )
+    hourly = f"{len(scenario.hourly_rps)} hourly values" if scenario.hourly_rps else ""
+    return [
+        ("Peak rate (requests/s)", _fmt(scenario.peak_rps)),
+        ("Mean rate (requests/s)", _fmt(scenario.mean_rps)),
+        ("24-hour profile", hourly or "—"),
+        (
+            "Prompt mean / p95 (tokens)",
+            f"{_fmt(scenario.prompt_tokens_mean)} / {_fmt(scenario.prompt_tokens_p95)}",
+        ),
+        (
+            "Output mean / p95 (tokens)",
+            f"{_fmt(scenario.output_tokens_mean)} / {_fmt(scenario.output_tokens_p95)}",
+        ),
+        (
+            "Shared prefix (tokens) × hit rate",
+            f"{_fmt(scenario.shared_prefix_tokens)} × {_fmt(scenario.prefix_hit_rate)}",
+        ),
+        ("TTFT limit (ms)", _fmt(scenario.ttft_ms)),
+        ("TPOT limit (ms)", _fmt(scenario.tpot_ms)),
+        ("SLO percentile", _fmt(scenario.slo_percentile)),
+        ("Models", _fmt(sorted(scenario.candidate_models.values_list("name", flat=True)))),
+        ("GPU SKUs", _fmt(sorted(scenario.candidate_gpus.values_list("name", flat=True)))),
+        ("Precisions", _fmt(scenario.precisions)),
+        ("TP degrees", _fmt(scenario.tp_options) if scenario.tp_options else "every valid"),
+        ("Engine", scenario.get_engine_display()),
+        ("Pricing tier", scenario.get_tier_display()),
+        ("Price sheet", str(scenario.price_sheet) if scenario.price_sheet else "in force at run"),
+        (
+            "API alternative",
+            " ".join(filter(None, [scenario.api_provider, scenario.api_model, api])) or "—",
+        ),
+        ("Target utilization", _fmt(scenario.target_utilization)),
+        ("Spare replicas (N+k)", _fmt(scenario.spare_replicas)),
+        ("Burst factor (× peak)", _fmt(scenario.burst_factor)),
+        ("Warm-pool replicas", _fmt(scenario.warm_pool_replicas)),
+    ]
+
+
+def run_inputs(run: SizingRun) -> list[tuple[str, str]]:
+    """What a run actually used (its frozen snapshot) as (label with unit, text) rows."""
+    inputs = run.inputs or {}
+    traffic, slo, policy = (
+        inputs.get("traffic", {}),
+        inputs.get("slo", {}),
+        inputs.get("policy", {}),
+    )
+    api = inputs.get("api_price") or {}
+    sheet = inputs.get("price_sheet") or {}
+    candidates = inputs.get("candidates", [])
+    models = sorted(
+        {
+            (inputs.get("models", {}).get(c["model"]) or {}).get("name", c["model"])
+            for c in candidates
+        }
+    )
+    api_text = "—"
+    if api:
+        api_text = (
+            f"{api.get('label', '')} ${api.get('input_usd_per_mtok', 0):g} in / "
+            f"${api.get('output_usd_per_mtok', 0):g} out per M tokens"
+        )
+    return [
+        ("Peak rate (requests/s)", _fmt(traffic.get("peak_rps"))),
+        ("Mean rate (requests/s)", _fmt(traffic.get("mean_rps"))),
+        (
+            "24-hour profile",
+            f"{len(traffic['hourly_rps'])} hourly values" if traffic.get("hourly_rps") else "—",
+        ),
+        (
+            "Prompt mean / p95 (tokens)",
+            f"{_fmt(traffic.get('prompt_tokens_mean'))} / {_fmt(traffic.get('prompt_tokens_p95'))}",
+        ),
+        (
+            "Output mean / p95 (tokens)",
+            f"{_fmt(traffic.get('output_tokens_mean'))} / {_fmt(traffic.get('output_tokens_p95'))}",
+        ),
+        (
+            "Shared prefix (tokens) × hit rate",
+            f"{_fmt(traffic.get('shared_prefix_tokens'))} × {_fmt(traffic.get('prefix_hit_rate'))}",
+        ),
+        ("TTFT limit (ms)", _fmt(slo.get("ttft_ms"))),
+        ("TPOT limit (ms)", _fmt(slo.get("tpot_ms"))),
+        ("SLO percentile", _fmt(slo.get("percentile"))),
+        ("Models", _fmt(models)),
+        ("GPU SKUs", _fmt(sorted(inputs.get("gpu_names", {}).values()))),
+        ("Precisions", _fmt(sorted({c["precision"] for c in candidates}))),
+        ("TP degrees", _fmt(sorted({c["tp"] for c in candidates}))),
+        ("Engine", (inputs.get("engine") or {}).get("engine", "—")),
+        ("Pricing tier", inputs.get("tier", "—")),
+        ("Price sheet", f"{sheet.get('name', '')} v{sheet.get('version', '')}" if sheet else "—"),
+        ("API alternative", api_text),
+        ("Target utilization", _fmt(policy.get("target_utilization"))),
+        ("Spare replicas (N+k)", _fmt(policy.get("spare_replicas"))),
+        ("Burst factor (× peak)", _fmt(policy.get("burst_factor"))),
+        ("Warm-pool replicas", _fmt(policy.get("warm_pool_replicas"))),
+    ]
+
+
+def run_outcome(run: SizingRun | None) -> list[tuple[str, str]]:
+    from planner.templatetags.headroom import usd
+
+    if run is None:
+        return [("Run", "never run")]
+    summary = run.summary or {}
+    best = best_option(summary)
+    rows = [
+        ("Run", f"#{run.pk} · {run.status} · {run.created_at:%Y-%m-%d %H:%M}"),
+        (
+            "Candidates (meeting SLOs)",
+            f"{summary.get('candidates', run.candidate_count)} ({summary.get('meeting_slo', '—')})",
+        ),
+        (
+            "Best option",
+            f"{best['model']} on {best['gpu_name']}, {best['precision']}, TP {best['tp']}"
+            if best
+            else "none meets the SLOs",
+        ),
+        ("Best: GPUs (replicas)", f"{best['gpus']} ({best['replicas']})" if best else "—"),
+        ("Best: $/month", usd(best.get("usd_per_month")) if best else "—"),
+        ("Best: $/M output tokens", usd(best.get("usd_per_mtok")) if best else "—"),
+    ]
+    for entry in summary.get("per_gpu", []):
+        if entry.get("recommended"):
+            text = (
+                f"{usd(entry.get('usd_per_month'))}/month · {entry['model']} "
+                f"{entry['precision']} TP {entry['tp']} × {entry['replicas']}"
+            )
+        else:
+            text = f"none: {entry.get('why_none', '')}"
+        rows.append((f"{entry['gpu_name']} ($/month, option)", text))
+    return rows
+
+
+@login_required
+def compare(request):
+    """Two or more scenarios (their latest runs) or runs side by side; differences marked."""
+    scenario_ids = [v for v in request.GET.getlist("scenario") if v.isdigit()]
+    run_ids = [v for v in request.GET.getlist("run") if v.isdigit()]
+    columns = []
+    for pk in scenario_ids:
+        scenario = visible_scenario(request, int(pk))
+        run = selectors.latest_run(scenario)
+        columns.append(
+            {
+                "title": scenario.name,
+                "scenario": scenario,
+                "run": run,
+                "inputs": run_inputs(run) if run else scenario_inputs(scenario),
+            }
+        )
+    for pk in run_ids:
+        run = visible_run(request, int(pk))
+        columns.append(
+            {
+                "title": f"{run.scenario.name} · run #{run.pk}",
+                "scenario": run.scenario,
+                "run": run,
+                "inputs": run_inputs(run),
+            }
+        )
+    if len(columns) < 2:
+        messages.error(request, "Pick two or more scenarios (or two runs) to compare.")
+        return redirect("planner:scenario-list")
+    for column in columns:
+        column["outcome"] = run_outcome(column["run"])
+    sections = []
+    for title, key in (("Inputs", "inputs"), ("Outcome", "outcome")):
+        labels = list(dict.fromkeys(label for c in columns for label, _ in c[key]))
+        rows = []
+        for label in labels:
+            values = [dict(c[key]).get(label, "—") for c in columns]
+            differs = len(set(values)) > 1 and not label.startswith("Run")
+            rows.append({"label": label, "values": values, "differs": differs})
+        sections.append({"title": title, "rows": rows})
+    context = {"columns": columns, "sections": sections}
+    return render(request, "planner/compare.html", context)
+
+
+# --------------------------------------------------------------------------- results
+
+CHAIN_GROUPS = [
+    (
+        "Memory fit",
+        [
+            "weights_bytes_total",
+            "weights_gb_per_gpu",
+            "usable_gb_per_gpu",
+            "workspace_gb_per_gpu",
+            "kv_budget_gb_per_gpu",
+            "kv_bytes_per_token",
+            "kv_bytes_per_token_per_gpu",
+            "kv_capacity_tokens",
+            "kv_gb_per_sequence_per_gpu",
+            "max_concurrency",
+        ],
+    ),
+    (
+        "Step time",
+        [
+            "prefill_chunk_tokens",
+            "decode_seqs_per_step",
+            "prefill_tokens_per_step",
+            "decode_bytes_per_gpu_stage",
+            "decode_mem_ms",
+            "decode_flop_ms",
+            "decode_comm_ms",
+            "pure_decode_step_ms",
+            "mixed_step_ms",
+        ],
+    ),
+    ("Operating point", ["batch", "tpot_ms", "ttft_ms"]),
+    (
+        "Little's law",
+        [
+            "residence_s",
+            "requests_per_s_per_replica",
+            "output_tok_s_per_replica",
+            "in_flight_at_peak",
+        ],
+    ),
+    ("Headroom", ["serving_replicas", "replicas", "utilization"]),
+    ("Cost", ["usd_per_hour", "usd_per_month", "usd_per_mtok"]),
+    (
+        "Break-even",
+        [
+            "api_usd_per_mtok",
+            "crossing_tokens_per_month",
+            "utilization_to_win",
+            "hybrid_selfhost_replicas",
+        ],
+    ),
+]
+_GROUP_OF = {name: title for title, names in CHAIN_GROUPS for name in names}
+
+
+def chain_sections(derivation: dict) -> list[dict]:
+    """The derivation's steps grouped memory -> step time -> ... -> break-even (others last)."""
+    order = [title for title, _ in CHAIN_GROUPS] + ["Other"]
+    grouped: dict[str, list] = {title: [] for title in order}
+    for step in derivation.get("steps") or []:
+        grouped[_GROUP_OF.get(step.get("name"), "Other")].append(step)
+    return [{"title": t, "steps": grouped[t]} for t in order if grouped[t]]
+
+
+def _percentile_value(
+    result: CandidateResult, metric: str, percentile
+) -> tuple[float | None, bool]:
+    """The metric at the SLO percentile when the run has it, else the operating-point value."""
+    key = {50: "p50", 95: "p95", 99: "p99"}.get(int(percentile or 0))
+    value = getattr(result, f"{metric}_{key}", None) if key else None
+    if value is not None:
+        return value, True
+    return getattr(result, metric), False
+
+
+def _option_label(result: CandidateResult) -> str:
+    return f"{result.model_name} · {result.gpu_name} {result.precision} TP{result.tp}"
+
+
+def run_body_context(run: SizingRun, chain_param) -> dict:
+    """Everything the results partial shows; empty while the run is not finished."""
+    if run.status != SizingRun.Status.SUCCEEDED:
+        return {}
+    inputs = run.inputs or {}
+    summary = run.summary or {}
+    slo = inputs.get("slo", {})
+    percentile = slo.get("percentile", 95)
+    rows = list(run.results.defer("derivation").order_by("rank", "candidate_key")[:MAX_TABLE_ROWS])
+    estimated = False
+    for row in rows:
+        row.ttft_at_pct, measured_ttft = _percentile_value(row, "ttft_ms", percentile)
+        row.tpot_at_pct, measured_tpot = _percentile_value(row, "tpot_ms", percentile)
+        estimated = estimated or not (measured_ttft and measured_tpot)
+    recommended = list(run.results.filter(recommended=True).order_by("rank"))
+    by_key = {r.candidate_key: r for r in recommended}
+    best = by_key.get(summary.get("best"))
+
+    chain_result = None
+    if chain_param and str(chain_param).isdigit():
+        chain_result = run.results.filter(pk=int(chain_param)).first()
+    if chain_result is None:
+        chain_result = best or run.results.order_by("rank").first()
+
+    per_gpu = []
+    for entry in summary.get("per_gpu", []):
+        result = by_key.get(entry.get("recommended"))
+        per_gpu.append(
+            {
+                **entry,
+                "result_id": result.pk if result else None,
+                "is_best": bool(best and result and result.pk == best.pk),
+            }
+        )
+    per_gpu.sort(key=lambda e: (e["result_id"] is None, e.get("usd_per_month") or 0))
+
+    charts_ = [
+        charts.cost_by_sku(
+            [
+                {
+                    "gpu_name": e["gpu_name"],
+                    "label": f"{e.get('model')} {e.get('precision')} TP{e.get('tp')}",
+                    "usd_per_mtok": e.get("usd_per_mtok"),
+                    "usd_per_month": e.get("usd_per_month"),
+                }
+                for e in per_gpu
+                if e.get("recommended")
+            ]
+        ),
+        charts.throughput_latency(
+            [
+                {
+                    "gpu_name": r.gpu_name,
+                    "label": _option_label(r),
+                    "tok_s_per_gpu": (r.throughput_tok_s or 0) / max(r.gpus_per_replica, 1),
+                    "tpot_ms": r.tpot_at_pct,
+                    "meets_slo": r.meets_slo,
+                }
+                for r in rows
+                if r.fits
+            ],
+            slo.get("tpot_ms", 0),
+            percentile,
+        ),
+    ]
+    memory_rows = []
+    for result in recommended:
+        breakdown = charts.memory_breakdown_gb(result.derivation)
+        if breakdown:
+            label = f"{result.gpu_name}<br>{result.precision} TP{result.tp}"
+            memory_rows.append({"label": label, "option": _option_label(result), **breakdown})
+    if memory_rows:
+        charts_.append(charts.memory_breakdown(memory_rows))
+    notes = []
+    if chain_result is not None and chain_result.fits:
+        params = charts.breakeven_inputs(chain_result.derivation)
+        if params:
+            charts_.append(charts.breakeven(params, _option_label(chain_result)))
+        else:
+            notes.append("No API alternative (or no GPU price): the break-even chart is omitted.")
+        hourly = (inputs.get("traffic") or {}).get("hourly_rps") or []
+        policy = inputs.get("policy") or {}
+        daily = charts.daily_profile(
+            hourly,
+            chain_result.derivation.get("requests_per_s_per_replica") or 0,
+            policy.get("target_utilization", 0.7),
+            policy.get("burst_factor", 1.0),
+            policy.get("spare_replicas", 0) + policy.get("warm_pool_replicas", 0),
+            chain_result.replicas,
+            _option_label(chain_result),
+        )
+        if daily:
+            charts_.append(daily)
+        elif not hourly:
+            notes.append("No 24-hour profile given: the replicas-over-the-day chart is omitted.")
+    for chart in charts_:
+        chart["data_id"] = f"{chart['id']}-data"
+    return {
+        "summary": summary,
+        "per_gpu": per_gpu,
+        "rows": rows,
+        "truncated": run.candidate_count > len(rows),
+        "estimated_latency": estimated,
+        "percentile": percentile,
+        "slo": slo,
+        "best": best,
+        "chain_result": chain_result,
+        "open_chain": bool(chain_param),
+        "chain": chain_sections(chain_result.derivation) if chain_result else [],
+        "charts": charts_,
+        "chart_notes": notes,
+    }

@@ -186,6 +186,11 @@ class Calibration:
     step_overhead_s : fixed per-step cost (scheduler, kernel launches, sampling).
     allreduce_latency_s : per all-reduce latency on the scale-up link.
     link_efficiency : achieved fraction of the link's one-way bandwidth.
+    relative_error : +- band (fraction) on throughput and TPOT: the profile's cross-validated
+        median absolute percentage error (``planner.sizing.calibrate``); 0.25 unfitted.
+    ttft_relative_error : the same for TTFT, which the model predicts worst (0.5 unfitted).
+
+    ``name`` labels the profile a prediction used (e.g. "h200_sxm / vllm").
     """
 
     name: str = "physics defaults"
@@ -196,6 +201,7 @@ class Calibration:
     allreduce_latency_s: float = 8e-6
     link_efficiency: float = 0.70
     relative_error: float = 0.25  # +-band carried through the chain when no fit exists
+    ttft_relative_error: float = 0.50
 
 
 @dataclass(frozen=True)

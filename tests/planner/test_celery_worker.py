@@ -29,10 +29,16 @@ def broker(redis_url, transactional_db, settings):
     from config.celery import app
 
     queue = f"headroom-test-{uuid.uuid4().hex[:8]}"
-    old = {k: app.conf[k] for k in ("task_always_eager", "broker_url", "result_backend",
-                                    "task_default_queue")}  # fmt: skip
-    app.conf.update(task_always_eager=False, broker_url=redis_url, result_backend=redis_url,
-                    task_default_queue=queue)  # fmt: skip
+    old = {
+        k: app.conf[k]
+        for k in ("task_always_eager", "broker_url", "result_backend", "task_default_queue")
+    }
+    app.conf.update(
+        task_always_eager=False,
+        broker_url=redis_url,
+        result_backend=redis_url,
+        task_default_queue=queue,
+    )
     settings.CELERY_TASK_ALWAYS_EAGER = False
     settings.CELERY_TASK_DEFAULT_QUEUE = queue
     _forget_connections(app)  # pools made before (eager tests) would keep the old broker
@@ -63,11 +69,31 @@ def start_worker(broker, name: str, **env) -> subprocess.Popen:
         }
         | {k: str(v) for k, v in env.items()}
     )
-    command = [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=prefork",
-               "--concurrency=1", "-Q", broker["queue"], "-n", f"{name}@%h",
-               "--without-gossip", "--without-mingle", "--loglevel=WARNING"]  # fmt: skip
-    return subprocess.Popen(command, cwd=ROOT, env=environment, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "config",
+        "worker",
+        "--pool=prefork",
+        "--concurrency=1",
+        "-Q",
+        broker["queue"],
+        "-n",
+        f"{name}@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--loglevel=WARNING",
+    ]
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=environment,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def stop(process: subprocess.Popen, sig=signal.SIGTERM) -> None:

@@ -29,9 +29,18 @@ def test_predict_repeats_inputs_and_adds_the_columns(catalog, tmp_path):
     )
     rows = predict(tmp_path, body)
     assert list(rows[0])[:12] == HEADER.strip().split(",")
-    assert list(rows[0])[12:] == ["fits", "reason", "weights_gb_per_gpu", "kv_bytes_per_token",
-                                  "kv_capacity_tokens", "max_concurrency", "total_output_tok_s",
-                                  "output_tok_s_per_gpu", "ttft_ms", "tpot_ms"]  # fmt: skip
+    assert list(rows[0])[12:] == [
+        "fits",
+        "reason",
+        "weights_gb_per_gpu",
+        "kv_bytes_per_token",
+        "kv_capacity_tokens",
+        "max_concurrency",
+        "total_output_tok_s",
+        "output_tok_s_per_gpu",
+        "ttft_ms",
+        "tpot_ms",
+    ]
     # 70B in bf16 on one H100: 141.1 GB of weights > 72 GB usable
     assert rows[0]["fits"] == "false"
     assert "weights 141.1 GB > 72.0 GB usable" in rows[0]["reason"]
@@ -40,7 +49,8 @@ def test_predict_repeats_inputs_and_adds_the_columns(catalog, tmp_path):
     assert rows[1]["fits"] == "true" and rows[1]["kv_bytes_per_token"] == "163840"
     assert float(rows[1]["total_output_tok_s"]) > 0 and float(rows[1]["tpot_ms"]) > 0
     assert float(rows[1]["output_tok_s_per_gpu"]) == pytest.approx(
-        float(rows[1]["total_output_tok_s"]) / 2, rel=1e-5)  # fmt: skip
+        float(rows[1]["total_output_tok_s"]) / 2, rel=1e-5
+    )
 
 
 @pytest.mark.parametrize(
@@ -72,10 +82,12 @@ def test_predict_unreadable_file_is_an_error(catalog, tmp_path):
 
 
 def test_predict_100k_rows_quickly(catalog, tmp_path):
-    lines = ["Llama-3.3-70B,H100,2,2,,,fp8,fp8,1024,1024,64,trtllm",
-             "llama-3.1-8b,L40S,1,1,,,bf16,,512,256,,vllm",
-             "DeepSeek-R1-0528,B200,8,8,1,8,fp4,fp8,1024,1024,256,sglang",
-             "Qwen3-30B-A3B,H200,1,1,,,fp8,,2048,512,32,"]  # fmt: skip
+    lines = [
+        "Llama-3.3-70B,H100,2,2,,,fp8,fp8,1024,1024,64,trtllm",
+        "llama-3.1-8b,L40S,1,1,,,bf16,,512,256,,vllm",
+        "DeepSeek-R1-0528,B200,8,8,1,8,fp4,fp8,1024,1024,256,sglang",
+        "Qwen3-30B-A3B,H200,1,1,,,fp8,,2048,512,32,",
+    ]
     body = "\n".join(lines[i % 4] for i in range(100_000)) + "\n"
     started = time.perf_counter()
     rows = predict(tmp_path, body)

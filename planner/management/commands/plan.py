@@ -8,13 +8,21 @@ from django.core.management.base import BaseCommand, CommandError
 from planner.planning import PlanInputError, plan_document
 
 COLUMNS = [  # header, key, format
-    ("GPU", "gpu_name", "{}"), ("model", "model_name", "{}"), ("prec", "precision", "{}"),
-    ("TP", "tp", "{}"), ("batch", "batch", "{}"), ("replicas", "replicas", "{}"),
-    ("GPUs", "gpus", "{}"), ("TTFT ms", "ttft_ms", "{:.0f}"), ("TPOT ms", "tpot_ms", "{:.1f}"),
-    ("$/hour", "usd_per_hour", "{:,.2f}"), ("$/month", "usd_per_month", "{:,.0f}"),
-    ("$/M tok", "usd_per_mtok", "{:.3f}"), ("tok/$", "tokens_per_usd", "{:,.0f}"),
+    ("GPU", "gpu_name", "{}"),
+    ("model", "model_name", "{}"),
+    ("prec", "precision", "{}"),
+    ("TP", "tp", "{}"),
+    ("batch", "batch", "{}"),
+    ("replicas", "replicas", "{}"),
+    ("GPUs", "gpus", "{}"),
+    ("TTFT ms", "ttft_ms", "{:.0f}"),
+    ("TPOT ms", "tpot_ms", "{:.1f}"),
+    ("$/hour", "usd_per_hour", "{:,.2f}"),
+    ("$/month", "usd_per_month", "{:,.0f}"),
+    ("$/M tok", "usd_per_mtok", "{:.3f}"),
+    ("tok/$", "tokens_per_usd", "{:,.0f}"),
     ("binding", "binding_constraint", "{}"),
-]  # fmt: skip
+]
 
 
 def _cell(row: dict, key: str, fmt: str) -> str:
@@ -70,8 +78,7 @@ class Command(BaseCommand):
             if best["usd_per_month"] is None:
                 line += best["derivation"].get("price_note", "no price")
             else:
-                line += (f"${best['usd_per_month']:,.0f}/month, "
-                         f"${best['usd_per_mtok']:.3f}/M tokens")  # fmt: skip
+                line += f"${best['usd_per_month']:,.0f}/month, ${best['usd_per_mtok']:.3f}/M tokens"
             breakeven = (best.get("derivation") or {}).get("breakeven")
             if breakeven and breakeven.get("crossing_tokens_per_month"):
                 line += (

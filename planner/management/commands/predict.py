@@ -22,6 +22,16 @@ def catalog_resolver() -> Resolver:
     )
 
 
+def calibration_for():
+    """``(GpuSpec, engine) -> Calibration`` from the stored profiles (fallback chain in
+    ``fleets.calibration``); the chosen profile's name is ``Calibration.name``."""
+    from fleets.calibration import profile_selector
+
+    select = profile_selector()
+    slug_of = dict(GpuSku.objects.values_list("name", "slug"))
+    return lambda gpu, engine: select(slug_of.get(gpu.name, ""), engine, "")[0]
+
+
 class Command(BaseCommand):
     help = (
         "Predict fit, throughput (output tok/s) and median TTFT/TPOT for each row of a CSV "
@@ -32,8 +42,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("input", help="IN.csv ('-' for standard input)")
         parser.add_argument("-o", "--output", help="OUT.csv (default: standard output)")
+        parser.add_argument(
+            "--simulate",
+            action="store_true",
+            help="run the discrete-event simulator per row for throughput and TTFT/TPOT "
+            "(slow path) instead of the mean-value model",
+        )
 
-    def handle(self, *args, input, output, **options):
+    def handle(self, *args, input, output, simulate=False, **options):
         started = time.perf_counter()
         with ExitStack() as stack:
             try:
@@ -51,7 +67,9 @@ class Command(BaseCommand):
             except OSError as exc:
                 raise CommandError(f"cannot write {output}: {exc.strerror}") from exc
             try:
-                counts = predict_csv(source, sink, catalog_resolver())
+                counts = predict_csv(
+                    source, sink, catalog_resolver(), calibration_for(), simulate=simulate
+                )
             except (ValueError, UnicodeDecodeError) as exc:
                 raise CommandError(f"{input}: {exc}") from exc
         elapsed = time.perf_counter() - started

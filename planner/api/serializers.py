@@ -1,0 +1,313 @@
+"""API serializers. The scenario body mirrors the model, grouped as a reviewer thinks of it;
+type checks happen here, domain rules (p95 >= mean, names resolve, TP divides heads...) in
+planner.services, whose errors come back under the same dotted field paths."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import OpenApiExample, extend_schema_field, extend_schema_serializer
+from rest_framework import serializers
+
+from fleets.models import GpuSku, ModelArchitecture
+from planner import scenario_io, services
+from planner.models import CandidateResult, Engine, Scenario, ShareLink, SizingRun, Tier
+from planner.selectors import latest_run
+from pricing.models import ApiTokenPrice, GpuHourPrice, PriceSheet
+
+
+class LengthSerializer(serializers.Serializer):
+    mean = serializers.FloatField(help_text="tokens")
+    p95 = serializers.FloatField(required=False, allow_null=True, help_text="tokens, >= mean")
+
+
+class TrafficSerializer(serializers.Serializer):
+    peak_rps = serializers.FloatField(help_text="requests/s at the busiest hour")
+    mean_rps = serializers.FloatField(help_text="requests/s averaged over the month")
+    hourly_rps = serializers.ListField(
+        child=serializers.FloatField(),
+        required=False,
+        max_length=24,
+        help_text="optional 24 values, requests/s",
+    )
+    prompt_tokens = LengthSerializer()
+    output_tokens = LengthSerializer()
+    shared_prefix_tokens = serializers.FloatField(required=False, help_text="tokens")
+    prefix_hit_rate = serializers.FloatField(required=False, help_text="0..1")
+
+
+class SloSerializer(serializers.Serializer):
+    ttft_ms = serializers.FloatField(help_text="time to first token limit, ms")
+    tpot_ms = serializers.FloatField(help_text="time per output token limit, ms")
+    percentile = serializers.FloatField(required=False, help_text="50..99.9 (default 95)")
+    goodput_target = serializers.FloatField(required=False, help_text="share meeting both")
+
+
+class CandidatesSerializer(serializers.Serializer):
+    models = serializers.ListField(
+        child=serializers.CharField(max_length=200),
+        min_length=1,
+        max_length=100,
+        help_text="names as `predict` accepts them",
+    )
+    gpus = serializers.ListField(
+        child=serializers.CharField(max_length=100),
+        min_length=1,
+        max_length=100,
+        help_text="catalog slugs or common names",
+    )
+    precisions = serializers.ListField(
+        child=serializers.CharField(max_length=10),
+        min_length=1,
+        max_length=6,
+        help_text="bf16 fp16 fp8 int8 int4 fp4",
+    )
+    tp = serializers.ListField(child=serializers.IntegerField(), required=False, max_length=16)
+    pp = serializers.ListField(child=serializers.IntegerField(), required=False, max_length=16)
+    ep = serializers.ListField(child=serializers.IntegerField(), required=False, max_length=16)
+    engine = serializers.ChoiceField(choices=Engine.choices, required=False)
+    calibration_profile = serializers.CharField(required=False, allow_blank=True, max_length=120)
+
+
+class PricingSerializer(serializers.Serializer):
+    tier = serializers.ChoiceField(choices=Tier.choices, required=False)
+    price_sheet = serializers.IntegerField(
+        required=False, allow_null=True, help_text="id; null = the sheet in force at run time"
+    )
+
+
+class ApiAlternativeSerializer(serializers.Serializer):
+    provider = serializers.CharField(required=False, allow_blank=True, max_length=80)
+    model = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    input_usd_per_mtok = serializers.FloatField(required=False, allow_null=True)
+    output_usd_per_mtok = serializers.FloatField(required=False, allow_null=True)
+
+
+class PolicySerializer(serializers.Serializer):
+    target_utilization = serializers.FloatField(required=False, help_text="0..1")
+    spare_replicas = serializers.IntegerField(required=False, min_value=0, max_value=1000)
+    burst_factor = serializers.FloatField(required=False, help_text=">= 1")
+    warm_pool_replicas = serializers.IntegerField(required=False, min_value=0, max_value=1000)
+
+
+class LatestRunSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.CharField()
+    progress = serializers.IntegerField()
+    best_usd_per_month = serializers.FloatField(allow_null=True)
+
+
+EXAMPLE = {
+    "name": "Chat assistant",
+    "tags": ["chat"],
+    "traffic": {
+        "peak_rps": 20,
+        "mean_rps": 8,
+        "prompt_tokens": {"mean": 1000, "p95": 3000},
+        "output_tokens": {"mean": 300, "p95": 800},
+    },
+    "slo": {"ttft_ms": 2000, "tpot_ms": 50, "percentile": 95},
+    "candidates": {
+        "models": ["meta-llama/Llama-3.1-70B-Instruct"],
+        "gpus": ["H100", "H200", "B200", "L40S"],
+        "precisions": ["bf16", "fp8"],
+    },
+    "pricing": {"tier": "on_demand"},
+    "api_alternative": {"input_usd_per_mtok": 0.88, "output_usd_per_mtok": 0.88},
+    "policy": {"target_utilization": 0.7, "spare_replicas": 1},
+}
+
+
+@extend_schema_serializer(
+    examples=[OpenApiExample("chat assistant", value=EXAMPLE, request_only=True)]
+)
+class ScenarioSerializer(serializers.Serializer):
+    id = serializers.IntegerField(read_only=True)
+    name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
+    tags = serializers.ListField(
+        child=serializers.CharField(max_length=50), required=False, max_length=20
+    )
+    traffic = TrafficSerializer()
+    slo = SloSerializer()
+    candidates = CandidatesSerializer()
+    pricing = PricingSerializer(required=False)
+    api_alternative = ApiAlternativeSerializer(required=False)
+    policy = PolicySerializer(required=False)
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    created_at = serializers.DateTimeField(read_only=True)
+    updated_at = serializers.DateTimeField(read_only=True)
+    latest_run = serializers.SerializerMethodField()
+
+    @extend_schema_field(LatestRunSerializer(allow_null=True))
+    def get_latest_run(self, scenario) -> dict | None:
+        run = latest_run(scenario)
+        if run is None:
+            return None
+        best = next((e for e in run.summary.get("per_gpu", []) if e.get("recommended")), None)
+        costs = [
+            e["usd_per_month"]
+            for e in run.summary.get("per_gpu", [])
+            if e.get("recommended") and e.get("usd_per_month") is not None
+        ]
+        return {
+            "id": run.pk,
+            "status": run.status,
+            "progress": run.progress,
+            "best_usd_per_month": min(costs) if costs and best else None,
+        }
+
+    def to_representation(self, scenario: Scenario) -> dict:
+        flat = {field: getattr(scenario, field) for field in services.SCALAR_FIELDS}
+        flat["price_sheet"] = scenario.price_sheet_id
+        flat["models"] = list(scenario.candidate_models.values_list("hf_id", flat=True))
+        flat["gpus"] = list(scenario.candidate_gpus.values_list("slug", flat=True))
+        document = scenario_io.nest(flat)
+        document.update(
+            id=scenario.pk,
+            owner=scenario.owner.username,
+            created_at=serializers.DateTimeField().to_representation(scenario.created_at),
+            updated_at=serializers.DateTimeField().to_representation(scenario.updated_at),
+            latest_run=self.get_latest_run(scenario),
+        )
+        return document
+
+    def _flat(self, validated: dict) -> dict:
+        return scenario_io.flatten(validated)
+
+    def create(self, validated_data):
+        try:
+            return services.scenario_create(
+                owner=self.context["request"].user, data=self._flat(validated_data)
+            )
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(scenario_io.nest_errors(exc.message_dict)) from exc
+
+    def update(self, instance, validated_data):
+        try:
+            return services.scenario_update(scenario=instance, data=self._flat(validated_data))
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(scenario_io.nest_errors(exc.message_dict)) from exc
+
+
+class CandidateResultSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = CandidateResult
+        exclude = ["run"]
+
+
+class RunSerializer(serializers.ModelSerializer):
+    scenario = serializers.PrimaryKeyRelatedField(read_only=True)
+    results = serializers.SerializerMethodField()
+
+    class Meta:
+        model = SizingRun
+        fields = [
+            "id",
+            "scenario",
+            "status",
+            "progress",
+            "error",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "candidate_count",
+            "price_sheet",
+            "summary",
+            "inputs",
+            "results",
+        ]
+
+    @extend_schema_field(CandidateResultSerializer(many=True))
+    def get_results(self, run) -> list | None:
+        if not self.context.get("with_results", True):
+            return None
+        return CandidateResultSerializer(
+            run.results.order_by("rank", "candidate_key"), many=True
+        ).data
+
+
+class RunListSerializer(RunSerializer):
+    class Meta(RunSerializer.Meta):
+        fields = [
+            "id",
+            "scenario",
+            "status",
+            "progress",
+            "error",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "candidate_count",
+            "price_sheet",
+            "summary",
+        ]
+
+
+class RunStartedSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.CharField()
+    url = serializers.CharField()
+    workers_available = serializers.BooleanField()
+    message = serializers.CharField()
+
+
+class GpuSkuSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuSku
+        fields = "__all__"
+
+
+class ModelArchitectureSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ModelArchitecture
+        exclude = ["config_json"]
+
+
+class GpuHourPriceSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuHourPrice
+        exclude = ["sheet"]
+
+
+class ApiTokenPriceSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiTokenPrice
+        exclude = ["sheet"]
+
+
+class PriceSheetSerializer(serializers.ModelSerializer):
+    gpu_prices = GpuHourPriceSerializer(many=True, read_only=True)
+    api_prices = ApiTokenPriceSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = PriceSheet
+        fields = [
+            "id",
+            "name",
+            "version",
+            "effective_date",
+            "source",
+            "as_of",
+            "locked",
+            "created_at",
+            "gpu_prices",
+            "api_prices",
+        ]
+        read_only_fields = ["locked", "created_at"]
+
+
+class ShareLinkSerializer(serializers.ModelSerializer):
+    url = serializers.SerializerMethodField()
+    scenario = serializers.IntegerField(source="scenario_id")
+    run = serializers.IntegerField(source="run_id", required=False, allow_null=True)
+
+    class Meta:
+        model = ShareLink
+        fields = ["id", "scenario", "run", "url", "expires_at", "created_at", "revoked_at"]
+        read_only_fields = ["id", "url", "created_at", "revoked_at"]
+
+    def get_url(self, link) -> str | None:
+        token = getattr(link, "raw_token", None)
+        if token is None:
+            return None  # the token is shown once, at creation; only its hash is stored
+        return self.context["request"].build_absolute_uri(f"/s/{token}/")

@@ -1,0 +1,222 @@
+"""REST API v1 (DRF). Views stay thin: selectors read, services write."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.db.models import OuterRef, Subquery
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404
+from django.utils.dateparse import parse_date, parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import mixins, permissions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.filters import OrderingFilter
+from rest_framework.response import Response
+
+from fleets.models import GpuSku, ModelArchitecture
+from planner import exports, selectors, services
+from planner.api import serializers as s
+from planner.models import ShareLink, SizingRun
+from pricing.models import PriceSheet
+
+
+class IsStaffOrReadOnly(permissions.BasePermission):
+    """Catalog: every authenticated user reads; only staff writes."""
+
+    def has_permission(self, request, view):
+        if not (request.user and request.user.is_authenticated):
+            return False
+        return request.method in permissions.SAFE_METHODS or request.user.is_staff
+
+
+class IsOwnerForWrites(permissions.BasePermission):
+    """Users a scenario is shared with may read it; only its owner changes or runs it."""
+
+    message = "only the owner can change or run this scenario"
+
+    def has_object_permission(self, request, view, obj):
+        return request.method in permissions.SAFE_METHODS or obj.owner_id == request.user.pk
+
+
+def _parse_since(value: str) -> dt.datetime:
+    moment = parse_datetime(value)
+    if moment is None:
+        day = parse_date(value)
+        if day is None:
+            raise ValidationError({"updated_since": ["use an ISO date or date-time"]})
+        moment = dt.datetime.combine(day, dt.time.min, tzinfo=dt.UTC)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment
+
+
+SCENARIO_FILTERS = [
+    OpenApiParameter("updated_since", OpenApiTypes.STR, description="ISO date or date-time"),
+    OpenApiParameter("owner", OpenApiTypes.STR, description="owner's username"),
+    OpenApiParameter("tag", OpenApiTypes.STR, description="scenarios carrying this tag"),
+    OpenApiParameter(
+        "status",
+        OpenApiTypes.STR,
+        enum=list(SizingRun.Status.values),
+        description="status of the latest run",
+    ),
+    OpenApiParameter("search", OpenApiTypes.STR, description="name contains"),
+]
+
+
+@extend_schema_view(list=extend_schema(parameters=SCENARIO_FILTERS))
+class ScenarioViewSet(viewsets.ModelViewSet):
+    """Capacity scenarios: traffic, SLOs, candidates, pricing, API alternative, policy."""
+
+    serializer_class = s.ScenarioSerializer
+    permission_classes = [permissions.IsAuthenticated, IsOwnerForWrites]
+    filter_backends = [OrderingFilter]
+    ordering_fields = ["name", "updated_at", "created_at"]
+    ordering = ["-updated_at"]
+
+    def get_queryset(self):
+        queryset = selectors.scenarios_visible_to(self.request.user).select_related("owner")
+        params = self.request.query_params
+        if since := params.get("updated_since"):
+            queryset = queryset.filter(updated_at__gte=_parse_since(since))
+        if owner := params.get("owner"):
+            queryset = queryset.filter(owner__username=owner)
+        if tag := params.get("tag"):
+            queryset = queryset.filter(tags__contains=[tag])
+        if search := params.get("search"):
+            queryset = queryset.filter(name__icontains=search)
+        if run_status := params.get("status"):
+            if run_status not in SizingRun.Status.values:
+                raise ValidationError({"status": [f"one of {', '.join(SizingRun.Status.values)}"]})
+            latest = SizingRun.objects.filter(scenario=OuterRef("pk")).order_by("-created_at")
+            queryset = queryset.annotate(latest_status=Subquery(latest.values("status")[:1]))
+            queryset = queryset.filter(latest_status=run_status)
+        return queryset
+
+    @extend_schema(request=None, responses={202: s.RunStartedSerializer})
+    @action(detail=True, methods=["post"])
+    def run(self, request, pk=None):
+        """Start a sizing run (202 with the run id; poll runs/{id}/)."""
+        scenario = self.get_object()
+        workers_available, message = True, "queued"
+        try:
+            run = services.sizing_run_start(scenario=scenario)
+            message = "finished in-process" if run.is_finished else "queued for the workers"
+        except services.WorkersUnavailable as exc:
+            workers_available, message = False, str(exc)
+            run = scenario.runs.order_by("-created_at").first()
+        body = {
+            "id": run.pk,
+            "status": run.status,
+            "workers_available": workers_available,
+            "url": request.build_absolute_uri(f"/api/v1/runs/{run.pk}/"),
+            "message": message,
+        }
+        return Response(body, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(responses=s.RunListSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def runs(self, request, pk=None):
+        """The scenario's run history, newest first."""
+        scenario = self.get_object()
+        page = self.paginate_queryset(scenario.runs.order_by("-created_at"))
+        data = s.RunListSerializer(page, many=True).data
+        return self.get_paginated_response(data)
+
+
+class RunViewSet(viewsets.ReadOnlyModelViewSet):
+    """Sizing runs: status, progress, inputs snapshot, per-candidate results, summary."""
+
+    permission_classes = [permissions.IsAuthenticated]
+
+    def get_queryset(self):
+        queryset = selectors.runs_visible_to(self.request.user).order_by("-created_at")
+        if run_status := self.request.query_params.get("status"):
+            queryset = queryset.filter(status=run_status)
+        return queryset
+
+    def get_serializer_class(self):
+        return s.RunListSerializer if self.action == "list" else s.RunSerializer
+
+    @extend_schema(responses={(200, "text/csv"): OpenApiTypes.STR})
+    @action(detail=True, methods=["get"], url_path="export.csv")
+    def export_csv(self, request, pk=None):
+        run = self.get_object()
+        response = HttpResponse(exports.run_csv(run), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="headroom-run-{run.pk}.csv"'
+        return response
+
+    @extend_schema(
+        responses={
+            (
+                200,
+                "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+            ): OpenApiTypes.BINARY
+        }
+    )
+    @action(detail=True, methods=["get"], url_path="export.xlsx")
+    def export_xlsx(self, request, pk=None):
+        run = self.get_object()
+        response = HttpResponse(
+            exports.run_xlsx(run),
+            content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        )
+        response["Content-Disposition"] = f'attachment; filename="headroom-run-{run.pk}.xlsx"'
+        return response
+
+
+class GpuViewSet(viewsets.ModelViewSet):
+    queryset = GpuSku.objects.all()
+    serializer_class = s.GpuSkuSerializer
+    permission_classes = [IsStaffOrReadOnly]
+
+
+class ModelViewSet(viewsets.ModelViewSet):
+    queryset = ModelArchitecture.objects.all()
+    serializer_class = s.ModelArchitectureSerializer
+    permission_classes = [IsStaffOrReadOnly]
+
+
+class PriceSheetViewSet(viewsets.ModelViewSet):
+    queryset = PriceSheet.objects.prefetch_related("gpu_prices", "api_prices")
+    serializer_class = s.PriceSheetSerializer
+    permission_classes = [IsStaffOrReadOnly]
+
+
+class ShareLinkViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Read-only links to a scenario's run; DELETE revokes (the link then answers 404)."""
+
+    serializer_class = s.ShareLinkSerializer
+    permission_classes = [permissions.IsAuthenticated]
+
+    def get_queryset(self):
+        owned = selectors.scenarios_owned_by(self.request.user)
+        return ShareLink.objects.filter(scenario__in=owned, revoked_at__isnull=True)
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        scenario = get_object_or_404(
+            selectors.scenarios_owned_by(self.request.user), pk=data["scenario_id"]
+        )
+        run = None
+        if data.get("run_id") is not None:
+            run = get_object_or_404(scenario.runs, pk=data["run_id"])
+        else:
+            run = selectors.latest_run(scenario)
+        link, token = services.share_link_create(
+            user=self.request.user, scenario=scenario, run=run, expires_at=data.get("expires_at")
+        )
+        link.raw_token = token
+        serializer.instance = link
+
+    def perform_destroy(self, instance):
+        services.share_link_revoke(link=instance)

@@ -1,0 +1,414 @@
+"""The scenario form: parses what a browser sends into the service's flat dict.
+
+The form only parses (numbers, lists, choices); every business rule lives in
+``services.clean_scenario_data``, whose ``ValidationError`` keys are the flat field names, so
+``apply_service_errors`` can put each message beside its input.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from django import forms
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+from fleets.models import GpuSku, ModelArchitecture
+from planner.models import PRECISIONS, Engine, Scenario, Tier
+from planner.scenario_io import flatten
+from planner.selectors import catalog_index
+from pricing.models import PriceSheet
+
+# Unit shown beside each input (empty string: dimensionless, shown as nothing).
+UNITS = {
+    "peak_rps": "requests/s",
+    "mean_rps": "requests/s",
+    "hourly_rps": "requests/s × 24",
+    "prompt_tokens_mean": "tokens",
+    "prompt_tokens_p95": "tokens",
+    "output_tokens_mean": "tokens",
+    "output_tokens_p95": "tokens",
+    "shared_prefix_tokens": "tokens",
+    "prefix_hit_rate": "fraction 0–1",
+    "ttft_ms": "ms",
+    "tpot_ms": "ms",
+    "slo_percentile": "percentile",
+    "goodput_target": "fraction 0–1",
+    "tp_options": "GPUs",
+    "pp_options": "stages",
+    "ep_options": "GPUs",
+    "api_input_usd_per_mtok": "$/M input tokens",
+    "api_output_usd_per_mtok": "$/M output tokens",
+    "target_utilization": "fraction 0–1",
+    "spare_replicas": "replicas",
+    "burst_factor": "× peak",
+    "warm_pool_replicas": "replicas",
+    "tags": "comma-separated",
+}
+
+SECTIONS = [
+    ("Scenario", ["name", "description", "tags"]),
+    (
+        "Traffic",
+        [
+            "peak_rps",
+            "mean_rps",
+            "prompt_tokens_mean",
+            "prompt_tokens_p95",
+            "output_tokens_mean",
+            "output_tokens_p95",
+            "shared_prefix_tokens",
+            "prefix_hit_rate",
+            "hourly_rps",
+        ],
+    ),
+    ("Latency SLOs", ["ttft_ms", "tpot_ms", "slo_percentile", "goodput_target"]),
+    (
+        "Candidates",
+        [
+            "models",
+            "gpus",
+            "precisions",
+            "tp_options",
+            "pp_options",
+            "ep_options",
+            "engine",
+            "calibration_profile",
+        ],
+    ),
+    ("Pricing", ["tier", "price_sheet"]),
+    (
+        "API alternative",
+        ["api_provider", "api_model", "api_input_usd_per_mtok", "api_output_usd_per_mtok"],
+    ),
+    ("Policy", ["target_utilization", "spare_replicas", "burst_factor", "warm_pool_replicas"]),
+]
+
+DEFAULTED_FIELDS = [
+    "shared_prefix_tokens",
+    "prefix_hit_rate",
+    "slo_percentile",
+    "goodput_target",
+    "target_utilization",
+    "spare_replicas",
+    "burst_factor",
+    "warm_pool_replicas",
+]
+LIST_FIELDS = {"tags", "hourly_rps", "tp_options", "pp_options", "ep_options"}
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.replace(";", ",").replace("\n", ",").split(",")]
+
+
+class ScenarioForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    tags = forms.CharField(required=False, help_text="e.g. chat, production")
+
+    peak_rps = forms.FloatField(label="Peak rate")
+    mean_rps = forms.FloatField(label="Mean rate")
+    prompt_tokens_mean = forms.FloatField(label="Prompt length, mean")
+    prompt_tokens_p95 = forms.FloatField(label="Prompt length, p95", required=False)
+    output_tokens_mean = forms.FloatField(label="Output length, mean")
+    output_tokens_p95 = forms.FloatField(label="Output length, p95", required=False)
+    shared_prefix_tokens = forms.FloatField(label="Shared prefix", initial=0, required=False)
+    prefix_hit_rate = forms.FloatField(label="Prefix cache hit rate", initial=0, required=False)
+    hourly_rps = forms.CharField(
+        label="24-hour profile",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="24 comma-separated hourly rates, hour 0 first; blank for none.",
+    )
+
+    ttft_ms = forms.FloatField(label="Time to first token (TTFT) limit")
+    tpot_ms = forms.FloatField(label="Time per output token (TPOT) limit")
+    slo_percentile = forms.FloatField(label="SLO percentile", initial=95, required=False)
+    goodput_target = forms.FloatField(label="Goodput target", initial=0.99, required=False)
+
+    models = forms.MultipleChoiceField(
+        label="Models", widget=forms.SelectMultiple(attrs={"size": 8})
+    )
+    gpus = forms.MultipleChoiceField(
+        label="GPU SKUs", widget=forms.SelectMultiple(attrs={"size": 8})
+    )
+    precisions = forms.MultipleChoiceField(
+        label="Weight precisions",
+        choices=[(p, p) for p in PRECISIONS],
+        widget=forms.CheckboxSelectMultiple,
+    )
+    tp_options = forms.CharField(
+        label="Tensor-parallel degrees",
+        required=False,
+        help_text="e.g. 1, 2, 4, 8; blank: every valid degree within a node.",
+    )
+    pp_options = forms.CharField(
+        label="Pipeline-parallel degrees", required=False, help_text="blank: 1"
+    )
+    ep_options = forms.CharField(
+        label="Expert-parallel degrees", required=False, help_text="blank: EP = TP for MoE"
+    )
+    engine = forms.ChoiceField(label="Serving engine", choices=Engine.choices, initial="vllm")
+    calibration_profile = forms.CharField(
+        label="Calibration profile", required=False, help_text="blank: the best one per GPU"
+    )
+
+    tier = forms.ChoiceField(label="Pricing tier", choices=Tier.choices, initial="on_demand")
+    price_sheet = forms.ModelChoiceField(
+        label="Price sheet",
+        queryset=PriceSheet.objects.none(),
+        required=False,
+        empty_label="the sheet in force when the run starts",
+    )
+
+    api_provider = forms.CharField(label="API provider", required=False, max_length=80)
+    api_model = forms.CharField(label="API model", required=False, max_length=200)
+    api_input_usd_per_mtok = forms.FloatField(label="API input price", required=False)
+    api_output_usd_per_mtok = forms.FloatField(label="API output price", required=False)
+
+    target_utilization = forms.FloatField(label="Target utilization", initial=0.7, required=False)
+    spare_replicas = forms.IntegerField(label="Spare replicas (N+k)", initial=1, required=False)
+    burst_factor = forms.FloatField(label="Burst factor", initial=1.0, required=False)
+    warm_pool_replicas = forms.IntegerField(label="Warm-pool replicas", initial=0, required=False)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["models"].choices = list(
+            ModelArchitecture.objects.order_by("name").values_list("slug", "name")
+        )
+        self.fields["gpus"].choices = list(
+            GpuSku.objects.order_by("name").values_list("slug", "name")
+        )
+        self.fields["price_sheet"].queryset = PriceSheet.objects.order_by(
+            "-effective_date", "-version"
+        )
+        for name, field in self.fields.items():
+            field.unit = UNITS.get(name, "")
+            described = [f"id_{name}_unit"] if field.unit else []
+            if field.help_text:
+                described.append(f"id_{name}_help")
+            if described:
+                field.widget.attrs["aria-describedby"] = " ".join(described)
+
+    # ------------------------------------------------------------------ list parsing
+    def clean_tags(self) -> list[str]:
+        return [t for t in _split(self.cleaned_data.get("tags") or "") if t]
+
+    def clean_hourly_rps(self) -> list[float]:
+        text = (self.cleaned_data.get("hourly_rps") or "").strip()
+        if not text:
+            return []
+        values = []
+        for part in _split(text):
+            if not part:
+                continue
+            try:
+                values.append(float(part))
+            except ValueError:
+                raise ValidationError(f"{part!r} is not a number") from None
+        return values
+
+    def _int_list(self, name: str) -> list[int]:
+        values = []
+        for part in _split(self.cleaned_data.get(name) or ""):
+            if not part:
+                continue
+            try:
+                values.append(int(part))
+            except ValueError:
+                raise ValidationError(f"{part!r} is not a whole number") from None
+        return values
+
+    def clean_tp_options(self) -> list[int]:
+        return self._int_list("tp_options")
+
+    def clean_pp_options(self) -> list[int]:
+        return self._int_list("pp_options")
+
+    def clean_ep_options(self) -> list[int]:
+        return self._int_list("ep_options")
+
+    # ------------------------------------------------------------------ service glue
+    def service_data(self) -> dict:
+        """The flat dict ``scenario_create`` / ``scenario_update`` take."""
+        data = dict(self.cleaned_data)
+        sheet = data.pop("price_sheet", None)
+        data["price_sheet"] = sheet.pk if sheet else None
+        for key in ("calibration_profile", "api_provider", "api_model", "description"):
+            data[key] = data.get(key) or ""
+        for key in DEFAULTED_FIELDS:
+            if data.get(key) is None:
+                data.pop(key, None)  # blank: the model default (new) or the current value (edit)
+        return data
+
+    def apply_service_errors(self, error: ValidationError) -> None:
+        """Put each service message beside its input (unknown keys go to the form top)."""
+        by_field = error.message_dict if hasattr(error, "error_dict") else {None: error.messages}
+        for field, messages in by_field.items():
+            if field in self.fields:
+                self.add_error(field, messages)
+            elif field in (None, "non_field_errors", "__all__"):
+                self.add_error(None, messages)
+            else:
+                self.add_error(None, [f"{field}: {message}" for message in messages])
+
+    def sections(self):
+        """(title, [bound fields]) in the order the template shows them."""
+        return [(title, [self[name] for name in names]) for title, names in SECTIONS]
+
+
+def initial_from_flat(flat: dict) -> dict:
+    """Flat service values (a scenario or a preset) -> the form's initial data."""
+    initial = {}
+    for key, value in flat.items():
+        if key in LIST_FIELDS:
+            initial[key] = ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
+        else:
+            initial[key] = value
+    index = catalog_index()
+    for key, finder, model in (
+        ("models", index.model_id, ModelArchitecture),
+        ("gpus", index.gpu_id, GpuSku),
+    ):
+        if key in flat:
+            ids = []
+            for name in flat[key]:
+                try:
+                    ids.append(finder(str(name)))
+                except LookupError:
+                    continue
+            slugs = dict(model.objects.filter(pk__in=ids).values_list("pk", "slug"))
+            initial[key] = [slugs[i] for i in ids if i in slugs]
+    return initial
+
+
+def initial_from_scenario(scenario: Scenario) -> dict:
+    from planner.services import SCALAR_FIELDS
+
+    flat = {field: getattr(scenario, field) for field in SCALAR_FIELDS}
+    initial = initial_from_flat(flat)
+    initial["models"] = list(scenario.candidate_models.values_list("slug", flat=True))
+    initial["gpus"] = list(scenario.candidate_gpus.values_list("slug", flat=True))
+    initial["price_sheet"] = scenario.price_sheet_id
+    return initial
+
+
+# --------------------------------------------------------------------------- presets
+# Presets beyond examples/*.json: batch summarization and the DESIGN.md worked examples.
+_NIGHTLY = [40, 40, 40, 40, 40, 30, 10, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 10, 20, 30, 40, 40]
+EXTRA_PRESETS: dict[str, dict] = {
+    "batch-summarization": {
+        "name": "Batch summarization (nightly)",
+        "description": "6k-token documents summarized in 500 tokens; loose latency, a nightly "
+        "batch window given as a 24-hour profile.",
+        "tags": ["batch", "example"],
+        "traffic": {
+            "peak_rps": 40,
+            "mean_rps": sum(_NIGHTLY) / 24,
+            "hourly_rps": _NIGHTLY,
+            "prompt_tokens": {"mean": 6000, "p95": 12000},
+            "output_tokens": {"mean": 500, "p95": 900},
+        },
+        "slo": {"ttft_ms": 30000, "tpot_ms": 150, "percentile": 95},
+        "candidates": {
+            "models": ["llama-3.1-8b", "Qwen3-32B", "Llama-3.3-70B"],
+            "gpus": ["H100", "H200", "L40S", "L4"],
+            "precisions": ["bf16", "fp8", "int4"],
+        },
+        "api_alternative": {"input_usd_per_mtok": 0.2, "output_usd_per_mtok": 0.6},
+        "policy": {"target_utilization": 0.85, "spare_replicas": 0, "burst_factor": 1.0},
+    },
+    "design-70b-one-h100": {
+        "name": "Worked example: Llama 3.1 70B bf16 on one H100",
+        "description": "DESIGN.md: 70B weights in bf16 are about 141 GB, more than one H100 "
+        "holds; TP 1 must fail with the numbers, TP 2+ fits.",
+        "tags": ["design", "example"],
+        "traffic": {
+            "peak_rps": 2,
+            "mean_rps": 1,
+            "prompt_tokens": {"mean": 1000},
+            "output_tokens": {"mean": 200},
+        },
+        "slo": {"ttft_ms": 2000, "tpot_ms": 100, "percentile": 95},
+        "candidates": {
+            "models": ["llama-3.1-70b"],
+            "gpus": ["H100"],
+            "precisions": ["bf16"],
+            "tp": [1, 2, 4, 8],
+        },
+        "policy": {"target_utilization": 0.7, "spare_replicas": 0, "burst_factor": 1.0},
+    },
+    "design-littles-law": {
+        "name": "Worked example: Little's law at 50 requests/s",
+        "description": "DESIGN.md: 50 requests/s with about 20 s residence (400 output tokens "
+        "at ~50 ms each) keeps about 1,000 requests in flight.",
+        "tags": ["design", "example"],
+        "traffic": {
+            "peak_rps": 50,
+            "mean_rps": 50,
+            "prompt_tokens": {"mean": 500},
+            "output_tokens": {"mean": 400},
+        },
+        "slo": {"ttft_ms": 2000, "tpot_ms": 50, "percentile": 95},
+        "candidates": {
+            "models": ["llama-3.1-8b"],
+            "gpus": ["H100", "H200"],
+            "precisions": ["bf16"],
+        },
+        "policy": {"target_utilization": 0.7, "spare_replicas": 1, "burst_factor": 1.0},
+    },
+    "design-mla-vs-gqa": {
+        "name": "Worked example: DeepSeek-V3 MLA cache vs dense 70B",
+        "description": "DESIGN.md: the MLA latent cache is roughly 4-5x smaller per token than "
+        "a dense GQA 70B's; compare kv_bytes_per_token in the chain.",
+        "tags": ["design", "moe", "example"],
+        "traffic": {
+            "peak_rps": 10,
+            "mean_rps": 5,
+            "prompt_tokens": {"mean": 4000},
+            "output_tokens": {"mean": 400},
+        },
+        "slo": {"ttft_ms": 3000, "tpot_ms": 80, "percentile": 95},
+        "candidates": {
+            "models": ["deepseek-ai/DeepSeek-V3", "llama-3.1-70b"],
+            "gpus": ["H200", "B200"],
+            "precisions": ["fp8"],
+            "tp": [8],
+        },
+        "api_alternative": {"input_usd_per_mtok": 0.27, "output_usd_per_mtok": 1.1},
+    },
+}
+PRESET_ORDER = [
+    "chat-llama70b",
+    "rag-8k",
+    "batch-summarization",
+    "deepseek-v3-moe",
+    "design-70b-one-h100",
+    "design-littles-law",
+    "design-mla-vs-gqa",
+]
+
+
+@lru_cache(maxsize=1)
+def presets() -> dict[str, dict]:
+    """slug -> nested scenario document: examples/*.json, then the extra presets."""
+    found: dict[str, dict] = {}
+    folder = Path(settings.BASE_DIR) / "examples"
+    for path in sorted(folder.glob("*.json")):
+        try:
+            found[path.stem] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    found.update(EXTRA_PRESETS)
+    ordered = {slug: found[slug] for slug in PRESET_ORDER if slug in found}
+    ordered.update({slug: doc for slug, doc in found.items() if slug not in ordered})
+    return ordered
+
+
+def preset_initial(slug: str) -> dict | None:
+    document = presets().get(slug)
+    if document is None:
+        return None
+    return initial_from_flat(flatten(document))

@@ -1,0 +1,156 @@
+"""`python manage.py simulate ...`: discrete-event TTFT/TPOT percentiles for one replica.
+
+    manage.py simulate --model M --gpu G --num-gpus N --tp T [--pp P --ep E] --precision P
+        [--kv-precision K] [--engine E] (--rate R | --concurrency C) --requests K
+        --isl I --osl O [--isl-p95 A --osl-p95 B] [--arrival poisson|gamma --cv X]
+        [--ttft-slo MS --tpot-slo MS] [--seed S] --json
+
+Prints one JSON object: ttft_ms / tpot_ms / e2e_ms {p50, p90, p95, p99}, throughput_tok_s,
+goodput, preemptions, requests, simulated_s. Bad arguments exit 2 with a one-line reason.
+"""
+
+import json
+import math
+import sys
+
+import numpy as np
+from django.core.management.base import BaseCommand, CommandParser
+
+from planner.predict_io import ENGINES
+from planner.sizing.candidates import CandidateArrays
+from planner.sizing.chain import default_dp
+from planner.sizing.memory import fit_memory
+from planner.sizing.simulate import Workload, lengths_from_mean_p95, simulate
+from planner.sizing.specs import EngineSettings, canonical_precision
+
+
+class UsageError(Exception):
+    """A bad argument: reported as ``simulate: error: <reason>`` with exit status 2."""
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(text)
+    return value
+
+
+def _positive_int_arg(text: str) -> int:
+    try:
+        return _positive_int(text)
+    except ValueError:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+
+
+def _positive_float_arg(text: str) -> float:
+    try:
+        return _positive_float(text)
+    except ValueError:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+
+
+class Command(BaseCommand):
+    help = "Simulate one replica under load and print TTFT/TPOT/E2E percentiles as JSON."
+
+    def create_parser(self, prog_name, subcommand, **kwargs) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        # argparse semantics even under call_command: a bad argument exits 2, one line
+        parser.called_from_command_line = True
+
+        def one_line_error(message: str) -> None:
+            sys.stderr.write(f"{parser.prog}: error: {message}\n")
+            sys.exit(2)
+
+        parser.error = one_line_error
+        return parser
+
+    def add_arguments(self, parser):
+        pi, pf = _positive_int_arg, _positive_float_arg
+        parser.add_argument("--model", required=True)
+        parser.add_argument("--gpu", required=True)
+        parser.add_argument("--num-gpus", type=pi, required=True)
+        parser.add_argument("--tp", type=pi, required=True)
+        parser.add_argument("--pp", type=pi, default=1)
+        parser.add_argument("--ep", type=pi, default=1)
+        parser.add_argument("--precision", required=True)
+        parser.add_argument("--kv-precision", default="")
+        parser.add_argument("--engine", default="vllm", choices=sorted(ENGINES))
+        load = parser.add_mutually_exclusive_group(required=True)
+        load.add_argument("--rate", type=pf, help="open-loop requests/s per replica")
+        load.add_argument("--concurrency", type=pi, help="closed-loop clients")
+        parser.add_argument("--requests", type=pi, required=True)
+        parser.add_argument("--isl", type=pi, required=True)
+        parser.add_argument("--osl", type=pi, required=True)
+        parser.add_argument("--isl-p95", type=pf)
+        parser.add_argument("--osl-p95", type=pf)
+        parser.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson")
+        parser.add_argument("--cv", type=pf, default=1.0)
+        parser.add_argument("--ttft-slo", type=pf, default=math.inf, help="ms")
+        parser.add_argument("--tpot-slo", type=pf, default=math.inf, help="ms")
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--json", action="store_true", help="print the JSON object")
+
+    def handle(self, *args, **o):
+        try:
+            summary = run_simulation(o)
+        except UsageError as exc:
+            sys.stderr.write(f"manage.py simulate: error: {exc}\n")
+            sys.exit(2)
+        self.stdout.write(json.dumps(summary, indent=None if o["json"] else 2))
+
+
+def run_simulation(o: dict) -> dict:
+    """Resolve names exactly as ``predict`` does, build the candidate, simulate, summarize."""
+    from planner.management.commands.predict import calibration_for, catalog_resolver
+    from planner.predict_io import RowError
+
+    resolver = catalog_resolver()
+    try:
+        model = resolver.get("model", o["model"])
+        gpu = resolver.get("gpu", o["gpu"])
+    except RowError as exc:
+        raise UsageError(str(exc)) from exc
+    try:
+        weight = canonical_precision(o["precision"])
+        kv = canonical_precision(o["kv_precision"]) if o["kv_precision"] else None
+        isl = lengths_from_mean_p95(float(o["isl"]), o["isl_p95"])
+        osl = lengths_from_mean_p95(float(o["osl"]), o["osl_p95"])
+        for dist in (isl, osl):  # reject an impossible p95 now, as a usage error
+            dist.sample(1, np.random.default_rng(0))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if o["arrival"] == "gamma" and o["concurrency"]:
+        raise UsageError("--arrival gamma needs --rate (open loop)")
+    dp = int(default_dp(o["num_gpus"], o["tp"], o["pp"]))
+    calibration = calibration_for()(gpu, o["engine"])
+    c = CandidateArrays.build(model, gpu, weight, kv, o["tp"], o["pp"], o["ep"], dp,
+                              EngineSettings(engine=o["engine"]), calibration)  # fmt: skip
+    fit = fit_memory(c, float(o["isl"] + o["osl"]), o["num_gpus"])
+    if not fit.fits[0]:
+        raise UsageError(f"does not fit: {fit.reason(c, 0)}")
+    workload = Workload(
+        isl=isl,
+        osl=osl,
+        requests=o["requests"],
+        rate_rps=o["rate"],
+        concurrency=o["concurrency"],
+        arrival=o["arrival"],
+        cv=o["cv"],
+        seed=o["seed"],
+    )
+    try:
+        result = simulate(c, workload)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    return result.summary(o["ttft_slo"], o["tpot_slo"])

@@ -1,0 +1,800 @@
+"""Fit the roofline's efficiency constants to measured results, and measure the fit's error.
+
+Pure numpy/scipy (no Django). The Django side (``fleets.calibration``, the ``calibrate`` and
+``validate`` commands) resolves catalog names into specs and stores the fitted profiles.
+
+What is fitted
+--------------
+A profile is a handful of physical constants of :class:`~planner.sizing.specs.Calibration`
+(``FITTED_CONSTANTS``), never a table of measured values: every prediction still runs the
+whole chain (memory fit -> step time -> closed-loop operating point) through
+:func:`planner.sizing.chain.predict_rows`. Which term each constant drives (steptime.py):
+
+- ``eta_mem``: decode step memory time ``bytes / (BW * eta_mem)`` -> TPOT, throughput;
+- ``eta_flop_decode``: compute time of decode tokens (large batches, MoE) -> TPOT;
+- ``eta_flop_prefill``: compute time of prompt chunks -> TTFT, mixed steps;
+- ``step_overhead_s``: fixed cost per engine step -> TPOT at small batch, TTFT per chunk;
+- ``allreduce_latency_s``, ``link_efficiency``: TP all-reduces, EP all-to-alls, PP hops.
+
+Least squares on log ratios
+---------------------------
+For points i with measured value ``y_i`` of metric m(i) and prediction ``f_i(theta)``:
+
+``r_i = w_m(i) * log(f_i(theta) / y_i)``, ``w_m = 1 / sqrt(n_m)`` (each metric weighs the
+same however many rows it has), plus one prior residual per fitted constant,
+``r_k = (log theta_k - log theta0_k) / (PRIOR_SIGMA_LOG * sqrt(N))``, a weak pull to the
+physics default so that a constant the data barely move stays physical. The fit runs in
+``log theta`` inside ``CONSTANT_BOUNDS`` with a soft-L1 loss (robust to the 5-20 % version
+spread between publications). A log ratio makes 2x over and 2x under equally bad.
+
+Constants whose terms the points do not exercise (``|d log f / d log theta_k|`` ~ 0 for all
+points, e.g. link constants on single-GPU rows) are held at their prior value. A fit needs at
+least as many points as free constants, else it is refused (:class:`CalibrationRefused`).
+
+Profiles and fallback
+---------------------
+Profiles are keyed (GPU, engine family, precision) with ``ANY`` wildcards; generation-level
+profiles use ``"gen:<generation>"`` as the GPU. :func:`select_profile` walks
+same GPU/engine/precision -> same GPU/engine -> same GPU other engine -> same generation ->
+physics defaults, and returns the label of the profile it used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from planner.sizing.chain import predict_rows
+from planner.sizing.specs import Calibration, EngineSettings, GpuSpec, ModelSpec
+
+FITTED_CONSTANTS = (
+    "eta_mem",
+    "eta_flop_decode",
+    "eta_flop_prefill",
+    "step_overhead_s",
+    "allreduce_latency_s",
+    "link_efficiency",
+)
+# Physical ranges: no engine beats the datasheet (eta <= 0.95), none streams HBM below a third
+# of peak in steady decode, and a prefill chunk is a large GEMM that runs at >= 20 % of peak
+# (the bound stops the fit from bending prefill speed to absorb TTFT queueing the mean-value
+# model lacks); per-step host overhead from 0.1 ms (CUDA graphs) to 50 ms.
+CONSTANT_BOUNDS: dict[str, tuple[float, float]] = {
+    "eta_mem": (0.30, 0.95),
+    "eta_flop_decode": (0.10, 0.95),
+    "eta_flop_prefill": (0.20, 0.95),
+    "step_overhead_s": (1e-4, 0.05),
+    "allreduce_latency_s": (1e-6, 2e-4),
+    "link_efficiency": (0.10, 0.95),
+}
+FIT_METRICS = ("output_tok_s_per_gpu", "ttft_ms", "tpot_ms")
+ANY = "any"
+PHYSICS_LABEL = "physics defaults"
+PRIOR_SIGMA_LOG = math.log(4.0)  # a 4x move of a constant costs about one bad point
+# A constant is "informed" when its log moves the log prediction of some point by this much.
+MIN_SENSITIVITY = 1e-3
+# Flags whose rows are predicted and reported but not fitted by default, and why.
+UNFITTED_FLAGS = {
+    "experimental": (
+        "InferenceX experimental token-position sweep (authors' own caveat; osl 128 behind "
+        "prompts up to 32k makes TPOT mostly prefill interference)"
+    ),
+}
+# InferenceX draws lengths uniformly in [0.8, 1] x nominal (--random-range-ratio 0.8).
+DRAWN_LENGTH_FACTOR = 0.9
+
+
+PHYSICS = Calibration()  # the prior every fit starts from
+
+
+class CalibrationRefused(ValueError):
+    """A fit that cannot be made, with the reason in words."""
+
+
+# ============================================================================ points
+@dataclass(frozen=True)
+class FitPoint:
+    """One measured value with everything needed to predict it.
+
+    ``concurrency`` is NaN for offline max-throughput rows. ``isl``/``osl`` are the mean
+    lengths the engine saw (InferenceX's nominal lengths times ``DRAWN_LENGTH_FACTOR``).
+    ``gpu_key`` is the catalog slug; ``precision`` the weight precision.
+    """
+
+    model: ModelSpec
+    gpu: GpuSpec
+    num_gpus: int
+    tp: int
+    pp: int
+    ep: int
+    weight_precision: str
+    kv_precision: str
+    isl: float
+    osl: float
+    concurrency: float
+    engine: str
+    metric: str
+    value: float
+    row_id: str = ""
+    gpu_key: str = ""
+    generation: str = ""
+    source_group: str = ""
+    model_family: str = ""
+    flags: frozenset[str] = frozenset()
+
+    @property
+    def precision(self) -> str:
+        return self.weight_precision
+
+    def conditions(self) -> str:
+        """The row's conditions in one line, for worst-row listings."""
+        load = "offline" if math.isnan(self.concurrency) else f"c={int(self.concurrency)}"
+        return (
+            f"{self.model.name} on {self.num_gpus}x{self.gpu_key} TP{self.tp} PP{self.pp} "
+            f"EP{self.ep} {self.engine} {self.weight_precision}/{self.kv_precision} "
+            f"{self.isl:g}/{self.osl:g} {load}"
+        )
+
+
+def _engine_name(family: str) -> str:
+    return family if family in ("vllm", "sglang", "trtllm") else "vllm"
+
+
+def points_from_measurements(
+    rows: Iterable[Any],
+    find_model: Callable[[str], tuple[str, ModelSpec]],
+    find_gpu: Callable[[str], tuple[str, GpuSpec]],
+    generation_of: Callable[[str], str],
+) -> tuple[list[FitPoint], list[tuple[Any, str]]]:
+    """Turn ``fleets.measurements.Measurement`` rows into fit points.
+
+    Parameters
+    ----------
+    rows : iterable of Measurement-like objects (duck-typed: model, gpu, num_gpus, tp, pp,
+        ep, engine_family, weight_precision, kv_precision, isl, osl, concurrency,
+        request_rate, metric, value, row_id, flags, offline, source_group, model_family)
+    find_model, find_gpu : name -> (catalog slug, spec); raise LookupError when unknown
+    generation_of : GPU slug -> architecture generation ('' when unknown)
+
+    Returns
+    -------
+    (points, skipped)
+        ``skipped`` pairs each unusable row with the reason.
+    """
+    points: list[FitPoint] = []
+    skipped: list[tuple[Any, str]] = []
+    for row in rows:
+        reason = _unpredictable(row)
+        if reason:
+            skipped.append((row, reason))
+            continue
+        try:
+            model_key, model = find_model(row.model)
+            gpu_key, gpu = find_gpu(row.gpu)
+        except LookupError as error:
+            skipped.append((row, f"not in the catalog: {error.args[0] if error.args else error}"))
+            continue
+        points.append(_point(row, model, gpu, gpu_key, generation_of(gpu_key)))
+    return points, skipped
+
+
+def unfitted_reason(point_or_row: Any) -> str:
+    """Why a predictable row is kept out of fits by default ('' when it is fitted)."""
+    for flag, reason in UNFITTED_FLAGS.items():
+        if flag in getattr(point_or_row, "flags", ()):
+            return reason
+    return ""
+
+
+def _unpredictable(row: Any) -> str:
+    """Why the closed-loop model cannot predict this row ('' when it can)."""
+    if row.metric not in FIT_METRICS:
+        return f"metric {row.metric} is not a mean/median the model predicts"
+    if row.request_rate is not None and row.concurrency is None:
+        return "open-loop request rate (the model is closed loop)"
+    if row.offline and row.metric != "output_tok_s_per_gpu":
+        return "offline run: latency is unbounded queueing, not a model output"
+    if not row.weight_precision:
+        return "weight precision unknown"
+    return ""
+
+
+def _layout(row: Any) -> tuple[int, int, int, int]:
+    """(num_gpus, tp, pp, ep) with the source's silences filled conservatively."""
+    pp = row.pp or 1
+    num_gpus = row.num_gpus or (row.tp or 1) * pp
+    tp = row.tp or max(num_gpus // pp, 1)
+    return num_gpus, tp, pp, row.ep or 1
+
+
+def _point(row: Any, model: ModelSpec, gpu: GpuSpec, gpu_key: str, generation: str) -> FitPoint:
+    num_gpus, tp, pp, ep = _layout(row)
+    scale = DRAWN_LENGTH_FACTOR if "lengths_drawn_0.8_to_1" in row.flags else 1.0
+    return FitPoint(
+        model=model,
+        gpu=gpu,
+        num_gpus=num_gpus,
+        tp=tp,
+        pp=pp,
+        ep=ep,
+        weight_precision=row.weight_precision,
+        kv_precision=row.kv_precision,
+        isl=row.isl * scale,
+        osl=row.osl * scale,
+        concurrency=math.nan if row.concurrency is None else float(row.concurrency),
+        engine=row.engine_family,
+        metric=row.metric,
+        value=float(row.value),
+        row_id=row.row_id,
+        gpu_key=gpu_key,
+        generation=generation,
+        source_group=row.source_group,
+        model_family=row.model_family,
+        flags=frozenset(row.flags),
+    )
+
+
+# ============================================================================ prediction
+_ENGINES = {name: EngineSettings(engine=name) for name in ("vllm", "sglang", "trtllm")}
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """Points as the column arrays ``predict_rows`` takes (built once per point set)."""
+
+    points: tuple[FitPoint, ...]
+    arrays: dict[str, Any]
+    metric_index: np.ndarray  # index into FIT_METRICS
+    measured: np.ndarray
+
+    @classmethod
+    def of(cls, points: Sequence[FitPoint]) -> _Columns:
+        pts = tuple(points)
+
+        def col(name, dtype=np.float64):
+            return np.array([getattr(p, name) for p in pts], dtype=dtype)
+
+        arrays = {
+            "models": [p.model for p in pts],
+            "gpus": [p.gpu for p in pts],
+            "num_gpus": col("num_gpus", np.int64),
+            "tp": col("tp", np.int64),
+            "pp": col("pp", np.int64),
+            "ep": col("ep", np.int64),
+            "weight_precision": [p.weight_precision for p in pts],
+            "kv_precision": [p.kv_precision or None for p in pts],
+            "isl": col("isl"),
+            "osl": col("osl"),
+            "concurrency": col("concurrency"),
+            "engine": [_ENGINES[_engine_name(p.engine)] for p in pts],
+        }
+        metric_index = np.array([FIT_METRICS.index(p.metric) for p in pts], dtype=np.int64)
+        return cls(pts, arrays, metric_index, col("value"))
+
+    def predict(self, calibration: Calibration | Sequence[Calibration]) -> np.ndarray:
+        """Predicted value of each point's own metric (NaN where the model says misfit)."""
+        if not self.points:
+            return np.zeros(0)
+        out = predict_rows(**self.arrays, calibration=calibration)
+        table = np.stack([out.output_tok_s_per_gpu, out.ttft_ms, out.tpot_ms])
+        predicted = table[self.metric_index, np.arange(len(self.points))]
+        return np.where(out.fits & (predicted > 0), predicted, np.nan)
+
+
+def predict_points(
+    points: Sequence[FitPoint], calibration: Calibration | Sequence[Calibration] = PHYSICS
+) -> np.ndarray:
+    """Predicted value of each point's metric under ``calibration`` (one, or one per point)."""
+    return _Columns.of(points).predict(calibration)
+
+
+def absolute_percentage_error(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """``APE = |predicted - measured| / measured`` (fraction; NaN stays NaN)."""
+    return np.abs(np.asarray(predicted) - np.asarray(measured)) / np.asarray(measured)
+
+
+# ============================================================================ one fit
+@dataclass(frozen=True)
+class FitResult:
+    """A fitted profile: constants, what they were fitted on, and in-sample error."""
+
+    calibration: Calibration
+    free_constants: tuple[str, ...]
+    row_ids: tuple[str, ...]
+    n_points: int
+    in_sample_median_ape: float
+    in_sample_by_metric: dict[str, tuple[float, float, int]]  # metric -> (median, mean, n)
+    cost: float
+    refused: str = ""
+
+    @property
+    def constants(self) -> dict[str, float]:
+        return {name: getattr(self.calibration, name) for name in FITTED_CONSTANTS}
+
+
+def _log_theta(calibration: Calibration, names: Sequence[str]) -> np.ndarray:
+    return np.log([getattr(calibration, name) for name in names])
+
+
+def _with(calibration: Calibration, names: Sequence[str], log_theta: np.ndarray, **extra):
+    values = {name: float(np.exp(v)) for name, v in zip(names, log_theta, strict=True)}
+    return dataclasses.replace(calibration, **values, **extra)
+
+
+def _clip_to_bounds(calibration: Calibration) -> Calibration:
+    """The start point must be strictly inside the bounds for least_squares."""
+    values = {}
+    for name, (low, high) in CONSTANT_BOUNDS.items():
+        values[name] = float(np.clip(getattr(calibration, name), low * 1.001, high * 0.999))
+    return dataclasses.replace(calibration, **values)
+
+
+def informed_constants(
+    points: Sequence[FitPoint], base: Calibration = PHYSICS, step_log: float = 0.05
+) -> tuple[str, ...]:
+    """Constants whose term moves at least one point's prediction (finite difference in log).
+
+    ``max_i |log f_i(theta * e^h) - log f_i(theta)| / h >= MIN_SENSITIVITY``.
+    """
+    columns = _Columns.of(points)
+    base = _clip_to_bounds(base)
+    reference = np.log(columns.predict(base))
+    informed = []
+    for name in FITTED_CONSTANTS:
+        moved = _with(base, [name], _log_theta(base, [name]) + step_log)
+        delta = np.abs(np.log(columns.predict(moved)) - reference) / step_log
+        if np.nanmax(delta, initial=0.0) >= MIN_SENSITIVITY:
+            informed.append(name)
+    return tuple(informed)
+
+
+def _metric_weights(columns: _Columns) -> np.ndarray:
+    counts = np.bincount(columns.metric_index, minlength=len(FIT_METRICS)).astype(float)
+    return 1.0 / np.sqrt(np.maximum(counts[columns.metric_index], 1.0))
+
+
+def _error_by_metric(columns: _Columns, predicted: np.ndarray) -> dict:
+    ape = absolute_percentage_error(predicted, columns.measured)
+    table = {}
+    for k, metric in enumerate(FIT_METRICS):
+        values = ape[(columns.metric_index == k) & np.isfinite(ape)]
+        if len(values):
+            table[metric] = (float(np.median(values)), float(np.mean(values)), len(values))
+    return table
+
+
+def fit_calibration(
+    points: Sequence[FitPoint],
+    base: Calibration = PHYSICS,
+    constants: Sequence[str] | None = None,
+    name: str = "fitted",
+) -> FitResult:
+    """Least-squares fit of the free constants to ``points`` (see the module docstring).
+
+    Parameters
+    ----------
+    points : measured points; misfit predictions (model says it does not fit in memory)
+        are left out of the residuals
+    base : start point and prior (physics defaults unless given)
+    constants : names to fit; default: the ``informed_constants`` of the points
+    name : becomes ``Calibration.name``
+
+    Raises
+    ------
+    CalibrationRefused
+        No points, or fewer usable points than free constants.
+    """
+    base = _clip_to_bounds(base)
+    columns = _Columns.of(points)
+    start = columns.predict(base)
+    usable = np.isfinite(start)
+    if not usable.any():
+        raise CalibrationRefused(f"{name}: no point the model can place (none fit in memory)")
+    columns = _Columns.of([p for p, ok in zip(columns.points, usable, strict=True) if ok])
+    names = tuple(constants) if constants is not None else informed_constants(columns.points, base)
+    unknown = set(names) - set(FITTED_CONSTANTS)
+    if unknown:
+        raise CalibrationRefused(f"{name}: not a fitted constant: {', '.join(sorted(unknown))}")
+    n = len(columns.points)
+    if n < max(len(names), 1):
+        raise CalibrationRefused(
+            f"{name}: {n} usable points for {len(names)} constants ({', '.join(names)}); "
+            "a fit needs at least as many points as constants"
+        )
+    theta0 = _log_theta(base, names)
+    weights = _metric_weights(columns)
+    prior_scale = 1.0 / (PRIOR_SIGMA_LOG * math.sqrt(n))
+
+    def residuals(log_theta: np.ndarray) -> np.ndarray:
+        predicted = columns.predict(_with(base, names, log_theta))
+        predicted = np.where(np.isfinite(predicted), predicted, 1e-30)
+        data = weights * np.log(predicted / columns.measured)
+        return np.concatenate([data, prior_scale * (log_theta - theta0)])
+
+    low = np.log([CONSTANT_BOUNDS[k][0] for k in names])
+    high = np.log([CONSTANT_BOUNDS[k][1] for k in names])
+    solution = least_squares(
+        residuals, theta0, bounds=(low, high), loss="soft_l1", f_scale=0.1,
+        diff_step=1e-3, max_nfev=60 * (len(names) + 1),
+    )  # fmt: skip
+    fitted = _with(base, names, solution.x, name=name)
+    predicted = columns.predict(fitted)
+    ape = absolute_percentage_error(predicted, columns.measured)
+    return FitResult(
+        calibration=fitted,
+        free_constants=names,
+        row_ids=tuple(p.row_id for p in columns.points),
+        n_points=n,
+        in_sample_median_ape=float(np.nanmedian(ape)),
+        in_sample_by_metric=_error_by_metric(columns, predicted),
+        cost=float(solution.cost),
+    )
+
+
+# ============================================================================ profiles
+@dataclass(frozen=True)
+class ProfileKey:
+    """(GPU slug or ``gen:<generation>``, engine family or ANY, precision or ANY)."""
+
+    gpu: str
+    engine: str = ANY
+    precision: str = ANY
+
+    @property
+    def label(self) -> str:
+        parts = [self.gpu]
+        if self.engine != ANY:
+            parts.append(self.engine)
+        if self.precision != ANY:
+            parts.append(self.precision)
+        return " / ".join(parts)
+
+
+def generation_key(generation: str) -> str:
+    return f"gen:{generation}"
+
+
+@dataclass
+class ProfileSet:
+    """Fitted profiles by key, the refusals with reasons, and the fallback walk."""
+
+    profiles: dict[ProfileKey, FitResult] = field(default_factory=dict)
+    refused: dict[ProfileKey, str] = field(default_factory=dict)
+
+    def select(
+        self, gpu: str, engine: str, precision: str, generation: str
+    ) -> tuple[Calibration, str]:
+        return select_profile(
+            {k: r.calibration for k, r in self.profiles.items()}, gpu, engine, precision, generation
+        )
+
+
+def fallback_keys(gpu: str, engine: str, precision: str, generation: str) -> list[ProfileKey]:
+    """Keys to try in order; the same-GPU-other-engine step is resolved in select_profile."""
+    keys = [ProfileKey(gpu, engine, precision), ProfileKey(gpu, engine, ANY)]
+    if generation:
+        keys += [
+            ProfileKey(generation_key(generation), engine, ANY),
+            ProfileKey(generation_key(generation), ANY, ANY),
+        ]
+    return keys
+
+
+def select_profile(
+    profiles: Mapping[ProfileKey, Calibration],
+    gpu: str,
+    engine: str,
+    precision: str,
+    generation: str,
+) -> tuple[Calibration, str]:
+    """The calibration for one deployment and the label of what was used.
+
+    Order: this GPU x engine x precision -> this GPU x engine -> this GPU, another engine
+    (the one with the lowest error) -> this generation x engine -> this generation ->
+    physics defaults. Labels say which step answered, e.g. ``"h200_sxm / sglang (other
+    engine)"`` or ``"physics defaults"``.
+    """
+    first, second, *generation_keys = fallback_keys(gpu, engine, precision, generation)
+    for key in (first, second):
+        if key in profiles:
+            return profiles[key], key.label
+    others = [
+        k for k in profiles if k.gpu == gpu and k.engine not in (engine, ANY) and k.precision == ANY
+    ]
+    if others:
+        best = min(others, key=lambda k: (profiles[k].relative_error, k.engine))
+        return profiles[best], f"{best.label} (other engine)"
+    for key in generation_keys:
+        if key in profiles:
+            return profiles[key], f"{key.label} (same generation)"
+    default = Calibration()
+    return default, PHYSICS_LABEL
+
+
+def _groups(points: Sequence[FitPoint], min_precision_points: int) -> dict[ProfileKey, list]:
+    """Point groups per profile key: GPU x engine, GPU x engine x precision when that
+    combination has enough points and the GPU x engine has more than one precision, and
+    generation x engine and generation alone."""
+    groups: dict[ProfileKey, list[FitPoint]] = defaultdict(list)
+    for p in points:
+        groups[ProfileKey(p.gpu_key, p.engine, ANY)].append(p)
+        if p.generation:
+            groups[ProfileKey(generation_key(p.generation), p.engine, ANY)].append(p)
+            groups[ProfileKey(generation_key(p.generation), ANY, ANY)].append(p)
+    by_precision: dict[ProfileKey, list[FitPoint]] = defaultdict(list)
+    for p in points:
+        by_precision[ProfileKey(p.gpu_key, p.engine, p.precision)].append(p)
+    for key, members in by_precision.items():
+        parent = groups[ProfileKey(key.gpu, key.engine, ANY)]
+        if len(members) >= min_precision_points and len(members) < len(parent):
+            groups[key] = members
+    return dict(groups)
+
+
+def fit_profiles(
+    points: Sequence[FitPoint],
+    min_precision_points: int = 30,
+    error_of: Mapping[ProfileKey, float] | None = None,
+) -> ProfileSet:
+    """Fit every profile the points support; refusals are kept with their reason.
+
+    ``error_of`` sets each profile's ``relative_error`` (cross-validated median APE, from
+    :func:`cross_validate`); without it the in-sample median APE is used, floored at 10 %.
+    """
+    result = ProfileSet()
+    done: dict[tuple[int, ...], FitResult | str] = {}  # same points (e.g. the only GPU of a
+    for key, members in sorted(_groups(points, min_precision_points).items(), key=_key_order):
+        same = tuple(sorted(id(p) for p in members))  # generation): fit once, reuse
+        if same not in done:
+            try:
+                done[same] = fit_calibration(members, name=key.label)
+            except CalibrationRefused as refusal:
+                done[same] = str(refusal).split(": ", 1)[-1]
+        fit = done[same]
+        if isinstance(fit, str):
+            result.refused[key] = f"{key.label}: {fit}"
+            continue
+        fit = dataclasses.replace(
+            fit, calibration=dataclasses.replace(fit.calibration, name=key.label)
+        )
+        error = (error_of or {}).get(key, max(fit.in_sample_median_ape, 0.10))
+        calibration = dataclasses.replace(fit.calibration, relative_error=float(error))
+        result.profiles[key] = dataclasses.replace(fit, calibration=calibration)
+    return result
+
+
+def _key_order(item):
+    key = item[0]
+    return (key.gpu, key.engine, key.precision)
+
+
+# ============================================================================ validation
+def predict_with_profiles(points: Sequence[FitPoint], profiles: ProfileSet):
+    """(predicted values, profile label per point) using the fallback walk."""
+    chosen = [profiles.select(p.gpu_key, p.engine, p.precision, p.generation) for p in points]
+    predicted = _Columns.of(points).predict([c for c, _ in chosen])
+    return predicted, [label for _, label in chosen]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Predictions of a point set, in or out of sample, with the profile each one used."""
+
+    points: tuple[FitPoint, ...]
+    predicted: np.ndarray
+    labels: tuple[str, ...]
+    folds: tuple[str, ...] = ()
+
+    @property
+    def ape(self) -> np.ndarray:
+        measured = np.array([p.value for p in self.points])
+        return absolute_percentage_error(self.predicted, measured)
+
+
+def evaluate_in_sample(points: Sequence[FitPoint], **fit_options) -> tuple[ProfileSet, Evaluation]:
+    profiles = fit_profiles(points, **fit_options)
+    predicted, labels = predict_with_profiles(points, profiles)
+    return profiles, Evaluation(tuple(points), predicted, tuple(labels))
+
+
+def cross_validate(
+    points: Sequence[FitPoint], fold_of: Callable[[FitPoint], str], **fit_options
+) -> Evaluation:
+    """Hold out each fold (e.g. a whole source or model family), fit profiles on the rest,
+    predict the held-out points through the fallback walk. Every prediction is out of sample.
+    """
+    folds: dict[str, list[int]] = defaultdict(list)
+    for i, p in enumerate(points):
+        folds[fold_of(p)].append(i)
+    predicted = np.full(len(points), np.nan)
+    labels = [""] * len(points)
+    fold_names = [""] * len(points)
+    for fold, test_index in folds.items():
+        held = set(test_index)
+        train = [p for i, p in enumerate(points) if i not in held]
+        profiles = fit_profiles(train, **fit_options)
+        values, used = predict_with_profiles([points[i] for i in test_index], profiles)
+        for k, i in enumerate(test_index):
+            predicted[i], labels[i], fold_names[i] = values[k], used[k], fold
+    return Evaluation(tuple(points), predicted, tuple(labels), tuple(fold_names))
+
+
+def source_fold(point: FitPoint) -> str:
+    """Hold-one-publication-out fold. Successive TensorRT-LLM perf-overview revisions re-measure
+    the same configurations, so they form one fold: holding out one revision while training on
+    the next would leak the answer."""
+    if "perf-overview" in point.source_group:
+        return "TensorRT-LLM perf-overview (all revisions)"
+    return point.source_group
+
+
+def model_family_fold(point: FitPoint) -> str:
+    return point.model_family
+
+
+def profile_cv_errors(
+    evaluation: Evaluation, profiles: ProfileSet
+) -> dict[ProfileKey, dict[str, dict[str, float]]]:
+    """Per profile key, the error per metric of the points it serves:
+    ``{metric: {"median_ape_pct", "mean_ape_pct", "n"}}`` (out of sample when the evaluation
+    is a cross-validation)."""
+    ape = evaluation.ape
+    metrics = np.array([p.metric for p in evaluation.points])
+    errors = {}
+    for key in profiles.profiles:
+        serves = np.array([_serves(key, p) for p in evaluation.points], dtype=bool)
+        table = {}
+        for metric in FIT_METRICS:
+            values = ape[serves & (metrics == metric) & np.isfinite(ape)]
+            if len(values):
+                table[metric] = {
+                    "median_ape_pct": _pct(np.median(values)),
+                    "mean_ape_pct": _pct(np.mean(values)),
+                    "n": int(len(values)),
+                }
+        errors[key] = table
+    return errors
+
+
+def relative_errors(table: Mapping[str, Mapping[str, float]], fallback: float) -> tuple:
+    """(relative_error, ttft_relative_error) fractions from a per-metric CV table.
+
+    The throughput/TPOT band is the n-weighted median APE of those two metrics; a metric with
+    no held-out point keeps ``fallback`` (throughput/TPOT) or ``2 * fallback`` (TTFT)."""
+    main = [table[m] for m in ("output_tok_s_per_gpu", "tpot_ms") if m in table]
+    if main:
+        n = sum(e["n"] for e in main)
+        band = sum(e["median_ape_pct"] * e["n"] for e in main) / n / 100.0
+    else:
+        band = fallback
+    ttft = table["ttft_ms"]["median_ape_pct"] / 100.0 if "ttft_ms" in table else 2 * fallback
+    return float(band), float(ttft)
+
+
+def apply_cv_errors(profiles: ProfileSet, evaluation: Evaluation) -> dict:
+    """Set every profile's ``relative_error``/``ttft_relative_error`` from the out-of-sample
+    errors of the points it serves; return the per-profile CV tables."""
+    tables = profile_cv_errors(evaluation, profiles)
+    for key, fit in list(profiles.profiles.items()):
+        fallback = max(fit.in_sample_median_ape, 0.10) * 1.5
+        band, ttft = relative_errors(tables.get(key, {}), fallback)
+        calibration = dataclasses.replace(
+            fit.calibration, relative_error=band, ttft_relative_error=ttft
+        )
+        profiles.profiles[key] = dataclasses.replace(fit, calibration=calibration)
+    return tables
+
+
+def calibrate_with_cv(
+    points: Sequence[FitPoint], fold_of: Callable[[FitPoint], str] | None = None, **fit_options
+) -> tuple[ProfileSet, Evaluation, dict]:
+    """Fit profiles on all points and set their error bands by cross-validation.
+
+    ``fold_of`` defaults to hold-one-model-family-out when the points span several families
+    (the planner's question: a model not measured on this GPU), else to five interleaved folds
+    of the points (a single user upload). Returns (profiles, CV evaluation, CV tables).
+    """
+    if fold_of is None:
+        families = {p.model_family for p in points}
+        fold_of = model_family_fold if len(families) > 1 else _interleaved_fold(points)
+    profiles = fit_profiles(points, **fit_options)
+    evaluation = cross_validate(points, fold_of, **fit_options)
+    tables = apply_cv_errors(profiles, evaluation)
+    return profiles, evaluation, tables
+
+
+def _interleaved_fold(points: Sequence[FitPoint], folds: int = 5):
+    index = {id(p): f"fold {i % folds}" for i, p in enumerate(points)}
+    return lambda p: index[id(p)]
+
+
+def _serves(key: ProfileKey, p: FitPoint) -> bool:
+    gpu_ok = key.gpu in (p.gpu_key, generation_key(p.generation))
+    return gpu_ok and key.engine in (ANY, p.engine) and key.precision in (ANY, p.precision)
+
+
+# ============================================================================ error tables
+MAX_THROUGHPUT = "output_tok_s_per_gpu (max throughput)"
+REPORT_METRICS = (MAX_THROUGHPUT, *FIT_METRICS)
+
+
+def report_metric(point: FitPoint) -> str:
+    """The metric as error tables show it: offline throughput is the max-throughput target."""
+    if point.metric == "output_tok_s_per_gpu" and math.isnan(point.concurrency):
+        return MAX_THROUGHPUT
+    return point.metric
+
+
+GROUPINGS: dict[str, Callable[[FitPoint], str]] = {
+    "gpu": lambda p: p.gpu_key,
+    "model_family": lambda p: p.model_family,
+    "engine": lambda p: p.engine,
+}
+
+
+def error_summary(evaluation: Evaluation, worst: int = 10) -> dict[str, Any]:
+    """Median and mean APE (%) per metric, per metric x GPU / model family / engine, and the
+    ``worst`` rows. Points the model cannot place (misfit) are counted, not averaged."""
+    ape = evaluation.ape
+    metrics = np.array([report_metric(p) for p in evaluation.points], dtype=object)
+    summary: dict[str, Any] = {"overall": _table(ape, metrics, [ANY] * len(ape))}
+    for name, key in GROUPINGS.items():
+        summary[f"by_{name}"] = _table(ape, metrics, [key(p) for p in evaluation.points])
+    summary["unplaced"] = int(np.sum(~np.isfinite(ape)))
+    summary["worst"] = _worst(evaluation, ape, worst)
+    return summary
+
+
+def _table(ape: np.ndarray, metrics: np.ndarray, groups: Sequence[str]) -> list[dict]:
+    rows = []
+    groups = np.asarray(groups, dtype=object)
+    for group in sorted(set(groups)):
+        for metric in REPORT_METRICS:
+            mask = (groups == group) & (metrics == metric)
+            values = ape[mask & np.isfinite(ape)]
+            if not mask.any():
+                continue
+            rows.append(
+                {
+                    "group": group,
+                    "metric": metric,
+                    "n": int(len(values)),
+                    "unplaced": int(mask.sum() - len(values)),
+                    "median_ape_pct": _pct(np.median(values)) if len(values) else None,
+                    "mean_ape_pct": _pct(np.mean(values)) if len(values) else None,
+                }
+            )
+    return rows
+
+
+def _pct(x: float) -> float:
+    return round(float(x) * 100.0, 1)
+
+
+def _worst(evaluation: Evaluation, ape: np.ndarray, count: int) -> list[dict]:
+    order = np.argsort(-np.where(np.isfinite(ape), ape, -1.0))[:count]
+    rows = []
+    for i in order:
+        if not np.isfinite(ape[i]):
+            continue
+        p = evaluation.points[i]
+        rows.append(
+            {
+                "row_id": p.row_id,
+                "metric": p.metric,
+                "measured": p.value,
+                "predicted": round(float(evaluation.predicted[i]), 3),
+                "ape_pct": _pct(ape[i]),
+                "profile": evaluation.labels[i] if evaluation.labels else "",
+                "conditions": p.conditions(),
+                "source_group": p.source_group,
+            }
+        )
+    return rows

@@ -1,0 +1,859 @@
+"""Discrete-event simulation of one replica running a vLLM-like continuous-batching engine.
+
+The mean-value model in operating.py gives averages; capacity is sized to p95/p99 SLOs, so this
+module simulates the engine step by step and reports per-request TTFT, TPOT and E2E with their
+percentiles, throughput, goodput, preemptions, and queue length / KV use over time.
+
+Engine model (one DP rank; an instance with DP ranks is DP independent copies)
+----------------------------------------------------------------------------
+Each step the scheduler (vLLM V1 order) gives every decoding sequence its one token, then spends
+what is left of ``max_num_batched_tokens`` on running prompts in admission order, then admits
+waiting requests FCFS while ``running < max_num_seqs``, budget remains and the KV pool has the
+blocks (16 tokens each) for the chunk. Head-of-line blocking is kept: FCFS never skips ahead.
+Without chunked prefill a prompt enters whole (a lone prompt may exceed the budget).
+When a decode needs a new block and none is free, the most recently admitted sequence is
+preempted by recompute: its blocks are freed and it returns to the queue front; on readmission
+it prefills ``isl + generated`` tokens again. A prefix-cache hit skips the cached share of the
+prompt (whole blocks of ``shared_prefix_tokens``, pinned once in the pool).
+
+Step time is the core's roofline, ``steptime.decode_step(c, n_dec, ctx_mean, pre, p_eq)``, for
+the actual mixed batch: ``n_dec`` decodes at their mean context and ``pre`` prefill tokens.
+A chunk of ``k`` tokens at offset ``o`` attends ``o + k/2`` tokens on average; the core's
+prefill attention for a prompt of ``p`` is ``p/2``, so the step passes the token-weighted
+``p_eq = sum(k * (2o + k)) / sum(k)``. Calls are memoised on a log grid of the continuous
+inputs (context 1/64 octave, +-0.55 %; prompt tokens and p_eq 1/32 octave, +-1.1 %; exact up
+to 64), one vectorized core call per grid cell filling every decode count at once; the decode
+count is exact. A compute-bound step moves by at most ~1.1 % from the rounding.
+
+Event state is O(requests in flight): decodes are tracked by aggregates (count, sum of
+``context - step``, a completion heap and 16 block-phase counters), prompts in a short list;
+arrivals are drawn in chunks. Only the per-request results (the output) grow with N.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from planner.sizing.candidates import CandidateArrays
+from planner.sizing.memory import (
+    allocated_context,
+    fit_memory,
+    kv_bytes_per_sequence_per_gpu,
+)
+from planner.sizing.steptime import decode_step
+
+Z95 = 1.6448536269514722  # standard normal 95th percentile
+GRID_PER_OCTAVE = 64  # step-time memo resolution of the decode context: 2^(k/64), +-0.55 %
+PREFILL_GRID_PER_OCTAVE = 32  # of prompt tokens per step and their attention length, +-1.1 %
+EXACT_BELOW = 64  # inputs at or below this are exact integers in the memo key
+ARRIVAL_CHUNK = 4096
+PERCENTILES = (50, 90, 95, 99)
+
+
+# ============================================================================ workload
+@dataclass(frozen=True)
+class LengthDist:
+    """A token-length distribution.
+
+    kind ``fixed`` (``mean``), ``uniform`` (``low``..``high``; defaults ``mean`` +- 50 %) or
+    ``lognormal`` from ``mean`` and ``p95``: ``sigma`` solves
+    ``mu + 1.645 sigma = ln p95`` with ``mu = ln mean - sigma^2 / 2``, i.e.
+    ``sigma = 1.645 - sqrt(1.645^2 - 2 ln(p95 / mean))`` (needs ``p95 >= mean``).
+    Draws are rounded and clipped to ``[1, max_tokens]``.
+    """
+
+    mean: float
+    kind: str = "fixed"
+    p95: float | None = None
+    low: float | None = None
+    high: float | None = None
+    max_tokens: int = 10_000_000
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        if self.kind == "fixed":
+            x = np.full(n, float(self.mean))
+        elif self.kind == "uniform":
+            lo = self.low if self.low is not None else 0.5 * self.mean
+            hi = self.high if self.high is not None else 1.5 * self.mean
+            x = rng.uniform(lo, hi, n)
+        elif self.kind == "lognormal":
+            sigma = lognormal_sigma(self.mean, self.p95 or self.mean)
+            mu = math.log(self.mean) - 0.5 * sigma * sigma
+            x = rng.lognormal(mu, sigma, n)
+        else:
+            raise ValueError(f"unknown length distribution {self.kind!r}")
+        return np.clip(np.rint(x), 1, self.max_tokens).astype(np.int64)
+
+
+def lognormal_sigma(mean: float, p95: float) -> float:
+    """``sigma`` of the lognormal with this mean and 95th percentile (the smaller root).
+
+    ``ln p95 = ln mean - sigma^2/2 + z sigma`` -> ``sigma = z - sqrt(z^2 - 2 ln(p95/mean))``;
+    p95 below the mean or beyond ``mean * exp(z^2 / 2)`` (3.87x) is rejected.
+    """
+    ratio = p95 / mean
+    if ratio < 1.0:
+        raise ValueError(f"p95 {p95:g} below the mean {mean:g}")
+    disc = Z95 * Z95 - 2.0 * math.log(ratio)
+    if disc < 0:
+        raise ValueError(f"p95 {p95:g} > {math.exp(Z95 * Z95 / 2):.2f}x the mean {mean:g}")
+    return Z95 - math.sqrt(disc)
+
+
+def lengths_from_mean_p95(mean: float, p95: float | None) -> LengthDist:
+    """Fixed when ``p95`` is None or equals the mean, else lognormal."""
+    if p95 is None or p95 == mean:
+        return LengthDist(mean=mean)
+    return LengthDist(mean=mean, kind="lognormal", p95=p95)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the clients send.
+
+    Open loop: ``rate_rps`` with ``arrival`` ``poisson`` or ``gamma`` (inter-arrival
+    coefficient of variation ``cv``; cv=1 is Poisson, >1 bursty), or ``trace`` replaying
+    ``trace_s`` / ``trace_prompt_tokens`` / ``trace_output_tokens``.
+    Closed loop: ``concurrency`` clients, each sending its next request the moment the last
+    one finishes (``vllm bench serve --max-concurrency``); all start at t = 0.
+    ``warmup_requests`` (by issue order) are simulated but left out of the statistics.
+    """
+
+    isl: LengthDist
+    osl: LengthDist
+    requests: int = 1000
+    rate_rps: float | None = None
+    concurrency: int | None = None
+    arrival: str = "poisson"
+    cv: float = 1.0
+    trace_s: np.ndarray | None = None
+    trace_prompt_tokens: np.ndarray | None = None
+    trace_output_tokens: np.ndarray | None = None
+    shared_prefix_tokens: float = 0.0
+    prefix_hit_rate: float = 0.0
+    warmup_requests: int = 0
+    seed: int = 0
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.concurrency is not None
+
+
+def read_trace_csv(lines: Sequence[str] | Iterator[str]) -> tuple[np.ndarray, ...]:
+    """(timestamp_s, prompt_tokens, output_tokens) arrays from CSV text with that header;
+    timestamps are shifted to start at 0 and sorted."""
+    import csv
+
+    reader = csv.DictReader(lines)
+    rows = [
+        (float(r["timestamp"]), int(r["prompt_tokens"]), int(r["output_tokens"])) for r in reader
+    ]
+    if not rows:
+        raise ValueError("trace has no rows")
+    arr = np.array(sorted(rows), dtype=np.float64)
+    return arr[:, 0] - arr[0, 0], arr[:, 1].astype(np.int64), arr[:, 2].astype(np.int64)
+
+
+def _open_loop_arrivals(w: Workload, rng: np.random.Generator) -> Iterator[tuple]:
+    """Yield (arrival_s, isl, osl) lazily, ``ARRIVAL_CHUNK`` draws at a time."""
+    if w.arrival == "trace":
+        for t, p, o in zip(w.trace_s, w.trace_prompt_tokens, w.trace_output_tokens, strict=True):
+            yield float(t), int(p), int(o)
+        return
+    rate = float(w.rate_rps)
+    now, left = 0.0, w.requests
+    while left > 0:
+        n = min(left, ARRIVAL_CHUNK)
+        if w.arrival == "poisson" or w.cv == 1.0:
+            gaps = rng.exponential(1.0 / rate, n)
+        elif w.arrival == "gamma":
+            # gamma with mean 1/rate and cv: shape 1/cv^2, scale cv^2/rate
+            shape = 1.0 / (w.cv * w.cv)
+            gaps = rng.gamma(shape, 1.0 / (rate * shape), n)
+        else:
+            raise ValueError(f"unknown arrival process {w.arrival!r}")
+        times = now + np.cumsum(gaps)
+        now = float(times[-1])
+        isl, osl = w.isl.sample(n, rng), w.osl.sample(n, rng)
+        yield from zip(times.tolist(), isl.tolist(), osl.tolist(), strict=True)
+        left -= n
+
+
+def _closed_loop_lengths(w: Workload, rng: np.random.Generator) -> Iterator[tuple]:
+    left = w.requests
+    while left > 0:
+        n = min(left, ARRIVAL_CHUNK)
+        yield from zip(w.isl.sample(n, rng).tolist(), w.osl.sample(n, rng).tolist(), strict=True)
+        left -= n
+
+
+# ============================================================================ engine
+@dataclass(frozen=True)
+class SimEngine:
+    """Per-DP-rank engine limits the scheduler obeys (derived from the candidate)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_blocks: int
+    block_size: int = 16
+    chunked_prefill: bool = True
+
+
+class StepTimer:
+    """Memoised ``decode_step(c, n_dec, ctx, pre, p_eq).step_s`` for one candidate row (s).
+
+    Continuous inputs are rounded to a 1/64-octave grid (exact up to 64); on a miss one
+    vectorized core call fills the whole row of decode counts 0..max_decodes for that cell.
+    Reuse one timer across runs of the same candidate (sweeps, bisection).
+    """
+
+    def __init__(self, c: CandidateArrays, max_decodes: int):
+        if len(c) != 1:
+            raise ValueError("StepTimer takes a single candidate row")
+        self.c = c
+        self.decodes = np.arange(max_decodes + 1, dtype=np.float64)
+        self.rows: dict[tuple[int, int, int], list[float]] = {}
+        self.core_calls = 0
+
+    @staticmethod
+    def _key(x: float, per_octave: int) -> int:
+        if x <= EXACT_BELOW:
+            return int(round(x))
+        return EXACT_BELOW + 1 + int(round(math.log2(x) * per_octave))
+
+    @staticmethod
+    def _value(k: int, per_octave: int) -> float:
+        if k <= EXACT_BELOW:
+            return float(k)
+        return 2.0 ** ((k - EXACT_BELOW - 1) / per_octave)
+
+    def step_s(self, n_dec: int, ctx_mean: float, pre: float, p_eq: float) -> float:
+        """Step time (s) of ``n_dec`` decodes at mean context ``ctx_mean`` plus ``pre`` prompt
+        tokens whose prefill attention is that of a ``p_eq``-token prompt."""
+        key = (
+            self._key(ctx_mean, GRID_PER_OCTAVE),
+            self._key(pre, PREFILL_GRID_PER_OCTAVE),
+            self._key(p_eq, PREFILL_GRID_PER_OCTAVE),
+        )
+        row = self.rows.get(key)
+        if row is None:
+            ctx = self._value(key[0], GRID_PER_OCTAVE)
+            pre_v = self._value(key[1], PREFILL_GRID_PER_OCTAVE)
+            p_v = self._value(key[2], PREFILL_GRID_PER_OCTAVE)
+            self.core_calls += 1
+            row = decode_step(self.c, self.decodes, ctx, pre_v, p_v).step_s.tolist()
+            self.rows[key] = row
+        return row[n_dec]
+
+
+def engine_for(
+    c: CandidateArrays, isl_tokens: float, osl_tokens: float, chunked_prefill: bool = True
+) -> SimEngine:
+    """One DP rank's limits for row 0 of ``c``: max_num_seqs, the token budget, and the KV pool
+    in blocks. Bytes per cached token are taken at the workload's full context
+    ``isl + osl`` (so sliding-window layers count as they do in the memory fit):
+    ``blocks = floor(kv_budget / (kv_seq_gpu(ctx) / ctx) / block_size)``."""
+    ctx = allocated_context(c, np.array([isl_tokens + osl_tokens]))
+    fit = fit_memory(c, ctx)
+    per_token = kv_bytes_per_sequence_per_gpu(c, ctx) / ctx
+    budget = max(float(fit.kv_budget_bytes_per_gpu[0]), 0.0)
+    block = int(c.block_size[0])
+    return SimEngine(
+        max_num_seqs=int(c.max_num_seqs[0]),
+        max_num_batched_tokens=int(c.max_num_batched_tokens[0]),
+        kv_blocks=int(budget / float(per_token[0]) // block),
+        block_size=block,
+        chunked_prefill=chunked_prefill,
+    )
+
+
+# ============================================================================ results
+@dataclass(frozen=True)
+class SimResult:
+    """Per-request times (s, NaN for warm-up requests), summary, and downsampled series.
+
+    Attributes
+    ----------
+    arrival_s, ttft_s, tpot_s, e2e_s, isl_tokens, osl_tokens : per request, issue order
+    preemptions : sequences preempted (recompute) over the run
+    simulated_s : first arrival to last completion
+    steps : engine steps simulated; longest_step_s : the worst inter-token stall (s)
+    series_t_s, queue_len, running, kv_used_fraction : samples over time (<= ~2*max_points)
+    """
+
+    arrival_s: np.ndarray
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+    isl_tokens: np.ndarray
+    osl_tokens: np.ndarray
+    preemptions: int
+    simulated_s: float
+    steps: int
+    series_t_s: np.ndarray
+    queue_len: np.ndarray
+    running: np.ndarray
+    kv_used_fraction: np.ndarray
+    dp: int = 1
+    measured: np.ndarray = field(default=None, repr=False)  # bool mask: not warm-up
+    longest_step_s: float = 0.0  # the longest engine step: the worst stall of the decodes
+
+    def _m(self, x: np.ndarray) -> np.ndarray:
+        return x[self.measured]
+
+    def percentiles_ms(self, name: str) -> dict[str, float]:
+        """{'p50','p90','p95','p99'} of ``ttft``/``tpot``/``e2e`` in ms."""
+        x = self._m(getattr(self, f"{name}_s")) * 1e3
+        x = x[np.isfinite(x)]
+        if x.size == 0:
+            return {f"p{p}": float("nan") for p in PERCENTILES}
+        vals = np.percentile(x, PERCENTILES)
+        return {f"p{p}": float(v) for p, v in zip(PERCENTILES, vals, strict=True)}
+
+    def mean_ms(self, name: str) -> float:
+        x = self._m(getattr(self, f"{name}_s"))
+        return float(np.nanmean(x) * 1e3)
+
+    @property
+    def requests(self) -> int:
+        return int(self.measured.sum())
+
+    @property
+    def window_s(self) -> float:
+        """Span of the measured requests, first arrival to last completion (s)."""
+        arr, e2e = self._m(self.arrival_s), self._m(self.e2e_s)
+        return float(np.max(arr + e2e) - np.min(arr)) if arr.size else 0.0
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        """Output tokens of the measured requests over their window, all DP ranks."""
+        w = self.window_s
+        return float(self._m(self.osl_tokens).sum() / w * self.dp) if w > 0 else 0.0
+
+    @property
+    def requests_per_s(self) -> float:
+        w = self.window_s
+        return float(self.requests / w * self.dp) if w > 0 else 0.0
+
+    def goodput(self, ttft_slo_s: float, tpot_slo_s: float) -> float:
+        """Fraction of measured requests meeting both SLOs (TPOT of a 1-token output is 0)."""
+        ttft, tpot = self._m(self.ttft_s), np.nan_to_num(self._m(self.tpot_s))
+        if ttft.size == 0:
+            return 0.0
+        return float(np.mean((ttft <= ttft_slo_s) & (tpot <= tpot_slo_s)))
+
+    def summary(self, ttft_slo_ms: float = math.inf, tpot_slo_ms: float = math.inf) -> dict:
+        """The command's JSON object (see ``manage.py simulate``)."""
+        return {
+            "ttft_ms": self.percentiles_ms("ttft"),
+            "tpot_ms": self.percentiles_ms("tpot"),
+            "e2e_ms": self.percentiles_ms("e2e"),
+            "throughput_tok_s": self.output_tokens_per_s,
+            "goodput": self.goodput(ttft_slo_ms / 1e3, tpot_slo_ms / 1e3),
+            "preemptions": int(self.preemptions),
+            "requests": self.requests,
+            "simulated_s": float(self.simulated_s),
+        }
+
+
+class _Series:
+    """Queue length, running count and KV use sampled every ``every`` steps; when the buffer
+    reaches ``2 * max_points`` every other sample is dropped and the interval doubles, so
+    memory stays bounded however long the run."""
+
+    def __init__(self, max_points: int):
+        self.max_points = max(max_points, 2)
+        self.every = 1
+        self.rows: list[tuple[float, int, int, float]] = []
+
+    def add(self, step: int, t: float, queue: int, running: int, kv: float) -> None:
+        if step % self.every:
+            return
+        self.rows.append((t, queue, running, kv))
+        if len(self.rows) >= 2 * self.max_points:
+            self.rows = self.rows[::2]
+            self.every *= 2
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        a = np.array(self.rows, dtype=np.float64).reshape(-1, 4)
+        return a[:, 0], a[:, 1].astype(np.int64), a[:, 2].astype(np.int64), a[:, 3]
+
+
+# ============================================================================ simulation
+# Per-request record slots (a list per request in flight: faster than objects in CPython).
+_ID, _ARR, _ISL, _OSL, _TARGET, _DONE, _GEN, _CACHED, _TFIRST, _A, _VER = range(11)
+
+
+def simulate(
+    c: CandidateArrays,
+    workload: Workload,
+    engine: SimEngine | None = None,
+    timer: StepTimer | None = None,
+    max_points: int = 500,
+) -> SimResult:
+    """Simulate one replica (row 0 of ``c``) serving ``workload``.
+
+    Parameters
+    ----------
+    c : one candidate row (``CandidateArrays`` of length 1); DP > 1 is simulated as one rank
+        with ``rate / DP`` (or ``concurrency / DP`` clients) and throughput scaled by DP
+    workload : arrivals and lengths (seeded: same inputs -> identical results)
+    engine : scheduler limits (default ``engine_for(c, isl mean, osl mean)``)
+    timer : a ``StepTimer`` to share across runs of this candidate
+    max_points : size of the downsampled time series
+
+    Returns
+    -------
+    SimResult
+        TTFT = first token - arrival (the token leaves at the end of the step that finishes
+        the prompt); TPOT = (last token - first token) / (osl - 1); E2E = last token - arrival.
+    """
+    dp = int(c.dp[0])
+    eng = engine or engine_for(c, workload.isl.mean, workload.osl.mean)
+    if eng.kv_blocks < 1 or eng.max_num_seqs < 1:
+        raise ValueError("the candidate has no KV room for a single sequence")
+    timer = timer or StepTimer(c, eng.max_num_seqs)
+    rng = np.random.default_rng(workload.seed)
+    w = workload
+    if dp > 1:
+        if w.closed_loop:
+            w = replace(w, concurrency=max(1, round(w.concurrency / dp)))
+        elif w.arrival != "trace":
+            w = replace(w, rate_rps=w.rate_rps / dp)
+    n_req = len(w.trace_s) if w.arrival == "trace" and not w.closed_loop else w.requests
+    sim = _Sim(eng, timer, w, n_req, rng, max_points)
+    sim.run()
+    t, q, r, kv = sim.series.arrays()
+    measured = np.arange(n_req) >= w.warmup_requests
+    return SimResult(
+        arrival_s=sim.arrival_s,
+        ttft_s=sim.ttft_s,
+        tpot_s=sim.tpot_s,
+        e2e_s=sim.e2e_s,
+        isl_tokens=sim.isl,
+        osl_tokens=sim.osl,
+        preemptions=sim.preemptions,
+        simulated_s=sim.now - float(np.min(sim.arrival_s)) if n_req else 0.0,
+        steps=sim.step,
+        series_t_s=t,
+        queue_len=q,
+        running=r,
+        kv_used_fraction=kv,
+        dp=dp,
+        measured=measured,
+        longest_step_s=sim.longest_step_s,
+    )
+
+
+class _Sim:
+    """The event loop; see the module docstring for the model. One instance per run."""
+
+    def __init__(self, eng, timer, w: Workload, n_req, rng, max_points):
+        self.eng, self.timer, self.w = eng, timer, w
+        self.block = eng.block_size
+        self.n_req = n_req
+        self.arrival_s = np.full(n_req, np.nan)
+        self.ttft_s = np.full(n_req, np.nan)
+        self.tpot_s = np.full(n_req, np.nan)
+        self.e2e_s = np.full(n_req, np.nan)
+        self.isl = np.zeros(n_req, dtype=np.int64)
+        self.osl = np.zeros(n_req, dtype=np.int64)
+        self.series = _Series(max_points)
+        self.now = 0.0
+        self.step = 0
+        self.preemptions = 0
+        self.longest_step_s = 0.0
+        self.issued = 0
+        self.finished = 0
+        # prefix cache: whole blocks of the shared prefix, pinned once in the pool
+        self.prefix_tokens = int(w.shared_prefix_tokens // self.block) * self.block
+        pinned = -(-self.prefix_tokens // self.block) if w.prefix_hit_rate > 0 else 0
+        self.free_blocks = eng.kv_blocks - pinned
+        self.hit_rng = np.random.default_rng([w.seed, 1])
+        # queues and in-flight state
+        self.waiting: deque[list] = deque()
+        self.running: dict[int, list] = {}  # admission order (dict keeps insertion order)
+        self.prefilling: list[list] = []
+        self.n_dec = 0
+        self.a_sum = 0  # sum over decodes of (tokens held - step at decode start)
+        self.phase = [0] * self.block  # decodes by (A mod block): who needs a block when
+        self.heap: list[tuple[int, int, int]] = []  # (finish step, id, version)
+        self.decoding: dict[int, list] = {}
+        if w.closed_loop:
+            self.lengths = _closed_loop_lengths(w, rng)
+            self.arrivals = None
+        else:
+            self.lengths = None
+            self.arrivals = _open_loop_arrivals(w, rng)
+        self.next_arrival = None
+
+    # ------------------------------------------------------------------ arrivals
+    def _new_request(self, t: float, isl: int, osl: int) -> None:
+        i = self.issued
+        self.issued += 1
+        self.arrival_s[i], self.isl[i], self.osl[i] = t, isl, osl
+        cached = 0
+        if self.w.prefix_hit_rate > 0 and self.hit_rng.random() < self.w.prefix_hit_rate:
+            cached = min(self.prefix_tokens, ((isl - 1) // self.block) * self.block)
+        self.waiting.append([i, t, isl, osl, isl, cached, 0, cached, -1.0, 0, 0])
+
+    def _closed_loop_send(self, t: float) -> None:
+        nxt = next(self.lengths, None)
+        if nxt is not None:
+            self._new_request(t, *nxt)
+
+    def _pull_arrivals(self) -> None:
+        if self.arrivals is None:
+            return
+        while True:
+            if self.next_arrival is None:
+                self.next_arrival = next(self.arrivals, None)
+                if self.next_arrival is None:
+                    self.arrivals = None
+                    return
+            if self.next_arrival[0] > self.now:
+                return
+            self._new_request(*self.next_arrival)
+            self.next_arrival = None
+
+    # ------------------------------------------------------------------ blocks
+    def _blocks(self, tokens: int, cached: int) -> int:
+        return -(-(tokens - cached) // self.block)
+
+    def _free_request(self, r: list, held_tokens: int) -> None:
+        self.free_blocks += self._blocks(held_tokens, r[_CACHED])
+
+    def _held_tokens(self, r: list) -> int:
+        """Tokens cached for ``r`` before the current step runs (evictions happen then)."""
+        if r[_ID] in self.decoding:
+            return r[_A] + self.step - 1
+        return r[_DONE]
+
+    def _preempt_last(self, keep: list | None = None) -> bool:
+        """Preempt the most recently admitted running sequence (not ``keep``); False if none."""
+        for rid in reversed(self.running):
+            r = self.running[rid]
+            if r is keep:
+                continue
+            self._evict(r)
+            return True
+        return False
+
+    def _evict(self, r: list) -> None:
+        self._free_request(r, self._held_tokens(r))
+        rid = r[_ID]
+        del self.running[rid]
+        if rid in self.decoding:
+            # generated = held - isl + 1: the newest token's KV is written by the next step
+            r[_GEN] = self._held_tokens(r) - r[_ISL] + 1
+            del self.decoding[rid]
+            self._remove_decode(r)
+            r[_VER] += 1  # its heap entry is now stale
+        else:
+            self.prefilling.remove(r)
+        # recompute: prompt + generated tokens (minus the cached prefix); the step that
+        # finishes it samples the next token
+        r[_TARGET] = r[_ISL] + r[_GEN]
+        r[_DONE] = r[_CACHED]
+        self.waiting.appendleft(r)
+        self.preemptions += 1
+
+    def _remove_decode(self, r: list) -> None:
+        self.n_dec -= 1
+        self.a_sum -= r[_A]
+        self.phase[r[_A] % self.block] -= 1
+
+    # ------------------------------------------------------------------ scheduling
+    def _schedule_prefill(self, budget: int) -> list[tuple[list, int]]:
+        """Chunks ``(request, tokens)`` for this step: running prompts first, then FCFS.
+
+        Without chunked prefill a prompt goes whole; the first prompt of a step may exceed
+        the budget (that is what "no chunking" means), later ones must fit in what is left.
+        """
+        chunks: list[tuple[list, int]] = []
+        chunked = self.eng.chunked_prefill
+        for r in list(self.prefilling):
+            if budget <= 0:
+                break
+            k = self._fit_blocks(r, min(r[_TARGET] - r[_DONE], budget))
+            if k > 0:
+                chunks.append((r, k))
+                budget -= k
+        while self.waiting and len(self.running) < self.eng.max_num_seqs:
+            r = self.waiting[0]
+            want = r[_TARGET] - r[_DONE]
+            if chunked:
+                if budget <= 0:
+                    break
+                k = min(want, budget)
+            else:
+                if want > budget and chunks:
+                    break
+                k = want
+            need = self._blocks(r[_DONE] + k, r[_CACHED]) - self._blocks(r[_DONE], r[_CACHED])
+            if need > self.free_blocks:
+                break  # FCFS: wait for blocks, never skip ahead
+            self.waiting.popleft()
+            self.free_blocks -= need
+            self.running[r[_ID]] = r
+            self.prefilling.append(r)
+            chunks.append((r, k))
+            budget -= k
+        return chunks
+
+    def _fit_blocks(self, r: list, k: int) -> int:
+        """Tokens of a running prompt's chunk that the pool holds now. Short of blocks, the
+        prompt waits for decodes to finish; with no decode left to free any, the latest
+        admitted other sequence is preempted (else the engine would deadlock)."""
+        while True:
+            have = self._blocks(r[_DONE], r[_CACHED])
+            room = (have + self.free_blocks) * self.block + r[_CACHED] - r[_DONE]
+            k_fit = min(k, room)
+            if k_fit > 0 or self.n_dec or not self._preempt_last(keep=r):
+                k_fit = max(k_fit, 0)
+                self.free_blocks -= self._blocks(r[_DONE] + k_fit, r[_CACHED]) - have
+                return k_fit
+
+    def _grow_decodes(self) -> None:
+        """Blocks for decodes whose next token opens a block; preempt LIFO when short."""
+        while True:
+            need = self.phase[(1 - self.step) % self.block]
+            if need <= self.free_blocks:
+                self.free_blocks -= need
+                return
+            if not self._preempt_last():
+                return
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> None:
+        if self.w.closed_loop:
+            for _ in range(min(self.w.concurrency, self.n_req)):
+                self._closed_loop_send(0.0)
+        block = self.block
+        timer = self.timer
+        while True:
+            self._pull_arrivals()
+            if not self.running and not self.waiting:
+                if self.next_arrival is None and self.arrivals is None:
+                    break
+                if self.next_arrival is None:
+                    self.next_arrival = next(self.arrivals, None)
+                    if self.next_arrival is None:
+                        break
+                self.now = max(self.now, self.next_arrival[0])
+                continue
+            self.step += 1
+            s = self.step
+            if self.n_dec:
+                self._grow_decodes()
+            chunks = self._schedule_prefill(self.eng.max_num_batched_tokens - self.n_dec)
+            n_dec = self.n_dec
+            pre = 0
+            weighted = 0
+            for r, k in chunks:
+                pre += k
+                weighted += k * (2 * r[_DONE] + k)
+            ctx = (self.a_sum + n_dec * s) / n_dec if n_dec else 0.0
+            p_eq = weighted / pre if pre else 0.0
+            if n_dec == 0 and pre == 0:
+                r = self.waiting[0] if self.waiting else next(iter(self.running.values()))
+                raise ValueError(
+                    f"a {r[_TARGET]:,}-token prompt needs more than the "
+                    f"{self.eng.kv_blocks:,}-block KV pool holds"
+                )
+            dt = timer.step_s(n_dec, ctx, pre, p_eq)
+            if dt > self.longest_step_s:
+                self.longest_step_s = dt  # the worst inter-token gap a decode can see
+            self.now += dt
+            now = self.now
+            # prefill progress; a finished prompt emits its token at the end of this step
+            for r, k in chunks:
+                r[_DONE] += k
+                if r[_DONE] < r[_TARGET]:
+                    continue
+                self.prefilling.remove(r)
+                r[_GEN] += 1
+                if r[_TFIRST] < 0:
+                    r[_TFIRST] = now
+                    self.ttft_s[r[_ID]] = now - r[_ARR]
+                if r[_GEN] >= r[_OSL]:
+                    self._finish(r, r[_DONE])
+                    continue
+                a = r[_DONE] - s
+                r[_A] = a
+                self.decoding[r[_ID]] = r
+                self.n_dec += 1
+                self.a_sum += a
+                self.phase[a % block] += 1
+                heapq.heappush(self.heap, (s + r[_OSL] - r[_GEN], r[_ID], r[_VER]))
+            # decodes: every decoding sequence gained one token this step
+            heap = self.heap
+            while heap and heap[0][0] <= s:
+                _, rid, ver = heapq.heappop(heap)
+                r = self.decoding.get(rid)
+                if r is None or r[_VER] != ver:
+                    continue  # preempted since it was pushed
+                del self.decoding[rid]
+                self._remove_decode(r)
+                r[_GEN] = r[_OSL]
+                self._finish(r, r[_A] + s)
+            self.series.add(
+                s, now, len(self.waiting), len(self.running),
+                1.0 - self.free_blocks / self.eng.kv_blocks,
+            )  # fmt: skip
+
+    def _finish(self, r: list, held_tokens: int) -> None:
+        rid = r[_ID]
+        self.running.pop(rid, None)
+        self._free_request(r, held_tokens)
+        e2e = self.now - r[_ARR]
+        self.e2e_s[rid] = e2e
+        osl = r[_OSL]
+        self.tpot_s[rid] = (self.now - r[_TFIRST]) / (osl - 1) if osl > 1 else math.nan
+        self.finished += 1
+        if self.w.closed_loop:
+            self._closed_loop_send(self.now)
+
+
+# ============================================================================ sweeps
+def meets_slo(
+    result: SimResult,
+    ttft_slo_ms: float,
+    tpot_slo_ms: float,
+    percentile: float = 95.0,
+    goodput_target: float = 0.99,
+) -> bool:
+    """Both latency percentiles within their SLOs and ``goodput >= goodput_target``."""
+    ttft = result._m(result.ttft_s) * 1e3
+    tpot = np.nan_to_num(result._m(result.tpot_s)) * 1e3
+    if ttft.size == 0:
+        return False
+    return bool(
+        np.percentile(ttft, percentile) <= ttft_slo_ms
+        and np.percentile(tpot, percentile) <= tpot_slo_ms
+        and result.goodput(ttft_slo_ms / 1e3, tpot_slo_ms / 1e3) >= goodput_target
+    )
+
+
+def rate_sweep(
+    c: CandidateArrays,
+    isl: LengthDist,
+    osl: LengthDist,
+    rates_rps: Sequence[float],
+    requests: int = 2000,
+    seed: int = 0,
+    ttft_slo_ms: float = math.inf,
+    tpot_slo_ms: float = math.inf,
+    percentile: float = 95.0,
+) -> dict[str, np.ndarray]:
+    """Throughput-latency curve of one replica (row 0 of ``c``): Poisson arrivals at each
+    rate (same seed, so the curves are smooth), the first 10 % of requests as warm-up.
+
+    Returns arrays per rate: ``rate_rps``, ``throughput_tok_s`` (output), ``ttft_ms`` and
+    ``tpot_ms`` at ``percentile``, ``goodput``, ``preemptions``. Plot latency against
+    throughput: the knee is where the latency starts to climb at flat throughput.
+    """
+    eng = engine_for(c, isl.mean, osl.mean)
+    timer = StepTimer(c, eng.max_num_seqs)
+    out: dict[str, list] = {k: [] for k in ("rate_rps", "throughput_tok_s", "ttft_ms", "tpot_ms",
+                                            "goodput", "preemptions")}  # fmt: skip
+    for rate in rates_rps:
+        w = Workload(isl, osl, requests=requests, rate_rps=float(rate), seed=seed,
+                     warmup_requests=requests // 10)  # fmt: skip
+        r = simulate(c, w, eng, timer)
+        out["rate_rps"].append(float(rate))
+        out["throughput_tok_s"].append(r.output_tokens_per_s)
+        out["ttft_ms"].append(_pct_ms(r, "ttft", percentile))
+        out["tpot_ms"].append(_pct_ms(r, "tpot", percentile))
+        out["goodput"].append(r.goodput(ttft_slo_ms / 1e3, tpot_slo_ms / 1e3))
+        out["preemptions"].append(r.preemptions)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def _pct_ms(r: SimResult, name: str, percentile: float) -> float:
+    x = r._m(getattr(r, f"{name}_s")) * 1e3
+    x = x[np.isfinite(x)]
+    return float(np.percentile(x, percentile)) if x.size else math.nan
+
+
+@dataclass(frozen=True)
+class RateSearch:
+    """Result of ``max_rate_for_slo``: the highest rate found meeting the SLO (0 if none),
+    the simulation there, the simulations run and the bracket at the end (req/s)."""
+
+    rate_rps: float
+    result: SimResult | None
+    simulations: int
+    low_rps: float
+    high_rps: float
+
+
+def max_rate_for_slo(
+    c: CandidateArrays,
+    isl: LengthDist,
+    osl: LengthDist,
+    ttft_slo_ms: float,
+    tpot_slo_ms: float,
+    percentile: float = 95.0,
+    goodput_target: float = 0.99,
+    requests: int = 1500,
+    seed: int = 0,
+    rel_tol: float = 0.03,
+    upper_rps: float | None = None,
+) -> RateSearch:
+    """Highest Poisson request rate per replica (row 0 of ``c``, all DP ranks) whose simulated
+    TTFT and TPOT percentiles meet the SLOs and whose goodput reaches ``goodput_target``.
+
+    Bisection in log rate between 0 and an upper bound (default: 1.2x the mean-value
+    model's max-throughput request rate, ``operating.closed_loop`` at the largest batch),
+    with common random numbers (one seed) so ``meets(rate)`` is monotone in practice; stops
+    when ``high / low < 1 + rel_tol``. One StepTimer is shared by every run.
+    """
+    from planner.sizing.operating import closed_loop
+
+    eng = engine_for(c, isl.mean, osl.mean)
+    timer = StepTimer(c, eng.max_num_seqs)
+    if upper_rps is None:
+        fit = fit_memory(c, np.array([isl.mean + osl.mean]))
+        op = closed_loop(c, fit, isl.mean, osl.mean, np.nan)
+        upper_rps = 1.2 * float(op.requests_per_s[0])
+    runs = 0
+
+    def run(rate: float) -> tuple[bool, SimResult]:
+        nonlocal runs
+        runs += 1
+        w = Workload(isl, osl, requests=requests, rate_rps=rate, seed=seed,
+                     warmup_requests=requests // 10)  # fmt: skip
+        r = simulate(c, w, eng, timer)
+        return meets_slo(r, ttft_slo_ms, tpot_slo_ms, percentile, goodput_target), r
+
+    hi = float(upper_rps)
+    ok, best = run(hi)
+    if ok:
+        return RateSearch(hi, best, runs, hi, hi)
+    lo, best = 0.0, None
+    probe = hi / 16.0
+    # find a feasible lower end by stepping down 16x at a time (a few runs at most)
+    while probe > hi * 1e-6:
+        ok, r = run(probe)
+        if ok:
+            lo, best = probe, r
+            break
+        hi = probe
+        probe /= 16.0
+    if best is None:
+        return RateSearch(0.0, None, runs, 0.0, hi)
+    while hi / lo > 1.0 + rel_tol:
+        mid = math.sqrt(lo * hi)
+        ok, r = run(mid)
+        if ok:
+            lo, best = mid, r
+        else:
+            hi = mid
+    return RateSearch(lo, best, runs, lo, hi)
