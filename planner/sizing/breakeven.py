@@ -129,19 +129,24 @@ def hybrid_split(
         api = float(rps.mean() * SECONDS_PER_MONTH * tokens_per_request * usd_per_token)
         return HybridSplit(0, 1.0, api, np.inf, api)
     r_peak = int(np.ceil(rps.max() / per - 1e-9))
-    r = np.arange(r_peak + 1, dtype=np.float64)[:, None]
+    # cost(R) is convex and piecewise linear for R >= 1 with kinks where R * per crosses an
+    # hour's rate, so the optimum is at 0, 1, R_peak or a kink: <= 51 candidates, not R_peak
+    # (which reaches millions for absurd traffic and would allocate R_peak x 24 floats).
+    kinks = np.concatenate([np.floor(rps / per), np.ceil(rps / per), [0.0, 1.0, r_peak]])
+    r = np.unique(np.clip(kinks, 0, r_peak))[:, None]
     overflow = np.maximum(rps[None, :] - r * per, 0.0)  # req/s per hour, per R
     days = HOURS_PER_MONTH / 24.0
     api_usd = overflow.sum(axis=1) * 3600.0 * days * tokens_per_request * usd_per_token
     fleet = (r[:, 0] + fixed_replicas * (r[:, 0] > 0)) * usd_per_replica_month
     total = fleet + api_usd
-    best = int(np.argmin(total))
+    best_index = int(np.argmin(total))
+    best = int(r[best_index, 0])
     all_tokens = rps.sum() * 3600.0 * days * tokens_per_request
-    api_tokens = overflow[best].sum() * 3600.0 * days * tokens_per_request
+    api_tokens = overflow[best_index].sum() * 3600.0 * days * tokens_per_request
     return HybridSplit(
         selfhost_replicas=best,
         api_token_share=float(api_tokens / all_tokens) if all_tokens > 0 else 0.0,
-        usd_per_month=float(total[best]),
+        usd_per_month=float(total[best_index]),
         selfhost_only_usd_per_month=float(total[-1]) if r_peak > 0 else float(fleet[0]),
         api_only_usd_per_month=float(total[0]),
     )

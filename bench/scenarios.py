@@ -1,0 +1,151 @@
+"""Scenario runs through real Celery workers on Redis + PostgreSQL.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/headroom_bench \
+        python bench/scenarios.py [--repeats 5] [--json]
+
+1. A typical scenario (3 models x 4 GPUs x 3 precisions x the valid TP choices) from
+   ``sizing_run_start`` to saved results, with one worker: median and p90 seconds.
+2. A ~1,000-candidate sweep with 1 worker and with 2 workers: seconds, progress samples and the
+   speed-up. Loopback services only; bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/headroom_bench")
+os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+QUEUE = f"headroom-bench-{uuid.uuid4().hex[:6]}"
+os.environ["CELERY_TASK_DEFAULT_QUEUE"] = QUEUE
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+TYPICAL = {
+    "models": ["Llama-3.1-70B", "Qwen3-32B", "llama-3.1-8b"],
+    "gpus": ["H100", "H200", "B200", "L40S"],
+    "precisions": ["bf16", "fp8", "int4"],
+}
+SWEEP = {"models": ["Llama-3.1-70B", "Qwen3-32B", "llama-3.1-8b", "Qwen3-8B", "Mixtral-8x7B",
+                    "gpt-oss-120b", "Qwen3-30B-A3B", "Llama-3.1-405B", "gemma-3-27b",
+                    "Mistral-7B-v0.3"],
+         "gpus": ["H100", "H100 PCIe", "H200", "B200", "B300", "L40S", "L4", "A100", "MI300X",
+                  "MI325X"],
+         "precisions": ["bf16", "fp8", "int4", "fp4"], "pp_options": [1, 2]}  # fmt: skip
+
+
+def ensure_database() -> None:
+    import psycopg
+
+    url = os.environ["DATABASE_URL"]
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        if not conn.execute("select 1 from pg_database where datname = %s", [name]).fetchone():
+            conn.execute(f'create database "{name}"')
+
+
+def start_workers(count: int) -> list[subprocess.Popen]:
+    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=prefork",
+             "--concurrency=1", "-Q", QUEUE, "-n", f"bench{i}-{uuid.uuid4().hex[:4]}@%h",
+             "--without-gossip", "--without-mingle", "--loglevel=ERROR"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        for i in range(count)
+    ]  # fmt: skip
+
+
+def stop(workers) -> None:
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.wait(30)
+
+
+def time_run(scenario, timeout_s: float = 600) -> tuple[float, list, int]:
+    from planner.models import SizingRun
+    from planner.services import sizing_run_start
+
+    started = time.perf_counter()
+    run = sizing_run_start(scenario=scenario)
+    samples = []
+    while True:
+        run = SizingRun.objects.get(pk=run.pk)
+        samples.append((round(time.perf_counter() - started, 2), run.progress))
+        if run.is_finished:
+            break
+        if time.perf_counter() - started > timeout_s:
+            raise SystemExit(f"run {run.pk} did not finish in {timeout_s} s")
+        time.sleep(0.02)
+    if run.status != SizingRun.Status.SUCCEEDED:
+        raise SystemExit(f"run {run.pk} failed: {run.error}")
+    return time.perf_counter() - started, samples, run.candidate_count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    ensure_database()
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from tests.factories import scenario_data
+
+    call_command("migrate", verbosity=0)
+    call_command("load_catalog", verbosity=0)
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    from planner.services import scenario_create
+
+    typical = scenario_create(owner=user, data=scenario_data(**TYPICAL))
+    sweep = scenario_create(owner=user, data=scenario_data(name="sweep", **SWEEP))
+    out: dict = {}
+    workers = start_workers(1)
+    try:
+        time.sleep(3)  # worker boot
+        time_run(typical)  # warm-up: imports, connections
+        times = [time_run(typical)[0] for _ in range(args.repeats)]
+        count = typical.runs.first().candidate_count
+        out["typical"] = {"candidates": count, "median_s": statistics.median(times),
+                          "max_s": max(times), "runs": len(times)}  # fmt: skip
+        one, samples_one, n_sweep = time_run(sweep)
+    finally:
+        stop(workers)
+    workers = start_workers(2)
+    try:
+        time.sleep(3)
+        two, samples_two, _ = time_run(sweep)
+    finally:
+        stop(workers)
+    out["sweep"] = {"candidates": n_sweep, "one_worker_s": one, "two_workers_s": two,
+                    "speedup": one / two, "progress_one": samples_one[:: max(1, len(samples_one) // 8)],
+                    "progress_two": samples_two[:: max(1, len(samples_two) // 8)]}  # fmt: skip
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return
+    t, s = out["typical"], out["sweep"]
+    print(f"typical scenario ({t['candidates']} candidates), 1 worker: median {t['median_s']:.2f} s,"
+          f" max {t['max_s']:.2f} s over {t['runs']} runs")  # fmt: skip
+    print(
+        f"sweep ({s['candidates']} candidates): 1 worker {s['one_worker_s']:.2f} s, "
+        f"2 workers {s['two_workers_s']:.2f} s, speed-up {s['speedup']:.2f}x"
+    )
+    print(f"progress samples (s, %) with 2 workers: {s['progress_two']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Saved numbers are finite, runs recompute exactly from their snapshot, absurd input is bounded."""
+
+import json
+import math
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from planner import runner
+from planner.models import SizingRun
+from planner.services import sizing_run_start
+from tests.factories import UserFactory, make_scenario
+
+pytestmark = pytest.mark.django_db
+
+COMPARED = ["fits", "reason", "batch", "ttft_ms", "tpot_ms", "throughput_tok_s", "replicas",
+            "gpus", "usd_per_hour", "usd_per_month", "usd_per_mtok", "tokens_per_usd",
+            "headroom", "binding_constraint", "meets_slo", "derivation"]  # fmt: skip
+
+
+def _all_finite(value) -> bool:
+    """No NaN or inf anywhere in a saved value (JSON refuses them with allow_nan=False)."""
+    json.dumps(value, allow_nan=False)
+    return True
+
+
+def test_recomputing_a_run_from_its_snapshot_matches_exactly(catalog):
+    # given a finished run
+    run = sizing_run_start(scenario=make_scenario())
+    assert run.status == SizingRun.Status.SUCCEEDED
+    # when its inputs snapshot is recomputed
+    again = runner.size_candidates(run.inputs, range(run.candidate_count))
+    # then every stored number is reproduced exactly
+    stored = {r.candidate_key: r for r in run.results.all()}
+    assert len(again) == len(stored)
+    for values in again:
+        row = stored[values["candidate_key"]]
+        for field in COMPARED:
+            assert getattr(row, field) == values[field], (values["candidate_key"], field)
+
+
+def test_snapshot_survives_catalog_and_price_changes(catalog):
+    from fleets.models import GpuSku
+    from pricing.models import GpuHourPrice
+
+    run = sizing_run_start(scenario=make_scenario(gpus=["H100"], precisions=["fp8"]))
+    before = runner.size_candidates(run.inputs, range(run.candidate_count))
+    GpuSku.objects.filter(slug="h100_sxm").update(hbm_bandwidth_tb_s=1.0)
+    new_sheet_prices = GpuHourPrice.objects.exclude(sheet=run.price_sheet)
+    assert not new_sheet_prices.exists()  # the run's sheet is locked; nothing else changed it
+    assert runner.size_candidates(run.inputs, range(run.candidate_count)) == before
+
+
+def test_every_saved_number_is_finite(catalog):
+    run = sizing_run_start(scenario=make_scenario())
+    for result in run.results.all():
+        for field in COMPARED:
+            value = getattr(result, field)
+            if isinstance(value, float):
+                assert math.isfinite(value), (result.candidate_key, field)
+        assert _all_finite(result.derivation)
+    assert _all_finite(run.summary) and _all_finite(run.inputs)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    peak=st.floats(1e-3, 1e6),
+    mean_share=st.floats(0.01, 1.0),
+    prompt=st.floats(1, 1_000_000),
+    output=st.floats(1, 100_000),
+    ttft=st.floats(1, 1e6),
+    tpot=st.floats(0.1, 1e4),
+)
+def test_core_never_returns_nan_or_inf_for_valid_input(catalog, peak, mean_share, prompt, output,
+                                                        ttft, tpot):  # fmt: skip
+    # given any valid traffic, including absurd but legal values (1e6 req/s, 1M-token prompts)
+    scenario = make_scenario(
+        owner=UserFactory(username="fuzz"), peak_rps=peak, mean_rps=peak * mean_share,
+        prompt_tokens_mean=prompt, prompt_tokens_p95=prompt * 2, output_tokens_mean=output,
+        output_tokens_p95=output * 2, ttft_ms=ttft, tpot_ms=tpot,
+        models=["llama-3.1-8b", "deepseek-v3"], gpus=["H100", "L40S"], precisions=["fp8"],
+    )  # fmt: skip
+    from planner.services import build_inputs_snapshot
+    from planner.selectors import latest_price_sheet
+
+    inputs = build_inputs_snapshot(scenario, latest_price_sheet())
+    # when the chain runs, then it computes or says why not, with finite numbers only
+    rows = runner.size_candidates(inputs, range(len(inputs["candidates"])))
+    for row in rows:
+        assert _all_finite(row)
+        assert row["fits"] or row["reason"]
+    scenario.delete()
+
+
+def test_absurd_but_valid_inputs_compute_or_explain_quickly(catalog):
+    started = time.perf_counter()
+    huge = sizing_run_start(scenario=make_scenario(peak_rps=1e6, mean_rps=5e5,
+                                                   models=["llama-3.1-8b"], gpus=["H100"]))  # fmt: skip
+    assert huge.status == SizingRun.Status.SUCCEEDED
+    best = huge.results.filter(meets_slo=True).order_by("rank").first()
+    assert best.replicas > 1000  # a million requests per second needs thousands of replicas
+    long_prompt = sizing_run_start(scenario=make_scenario(
+        prompt_tokens_mean=1_000_000, prompt_tokens_p95=1_000_000, models=["llama-3.1-8b"],
+        gpus=["H100"]))  # fmt: skip
+    for result in long_prompt.results.all():
+        assert not result.meets_slo and result.reason  # 1M tokens exceed 8B's 128k context
+    assert time.perf_counter() - started < 60
