@@ -82,8 +82,8 @@ def test_core_never_returns_nan_or_inf_for_valid_input(catalog, peak, mean_share
         output_tokens_p95=output * 2, ttft_ms=ttft, tpot_ms=tpot,
         models=["llama-3.1-8b", "deepseek-v3"], gpus=["H100", "L40S"], precisions=["fp8"],
     )  # fmt: skip
-    from planner.services import build_inputs_snapshot
     from planner.selectors import latest_price_sheet
+    from planner.services import build_inputs_snapshot
 
     inputs = build_inputs_snapshot(scenario, latest_price_sheet())
     # when the chain runs, then it computes or says why not, with finite numbers only
