@@ -6,4 +6,4 @@ RUN pip install --no-cache-dir -e .
 COPY . .
 RUN pip install --no-cache-dir -e .
 EXPOSE 8000
-CMD ["gunicorn", "config.wsgi", "--bind", "0.0.0.0:8000"]
+CMD ["gunicorn", "-c", "config/gunicorn.py", "config.wsgi"]

@@ -2,13 +2,14 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from . import views
+from .auth_views import ThrottledLoginView
 
 app_name = "planner"
 urlpatterns = [
     path("", views.home, name="home"),
     path(
         "accounts/login/",
-        auth_views.LoginView.as_view(template_name="registration/login.html"),
+        ThrottledLoginView.as_view(),
         name="login",
     ),
     path(

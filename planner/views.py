@@ -18,7 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_POST, require_safe
 from rest_framework.authtoken.models import Token
 
 from fleets.models import GpuSku, ModelArchitecture
@@ -338,6 +338,7 @@ def _private(response: HttpResponse) -> HttpResponse:
     return response
 
 
+@require_safe  # a share link is read-only: no method that could write
 def shared_view(request, token: str):
     """Read-only results behind a share link: no sign-in, no edit controls, no owner."""
     link, run = _shared_run(token)
@@ -352,6 +353,7 @@ def shared_view(request, token: str):
     return _private(render(request, "planner/shared.html", context))
 
 
+@require_safe
 def shared_export(request, token: str, fmt: str):
     _, run = _shared_run(token)
     return _private(_csv_response(run) if fmt == "csv" else _xlsx_response(run))

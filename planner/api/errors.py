@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from django.core.exceptions import PermissionDenied
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, status
@@ -54,6 +55,11 @@ def exception_handler(exc, context):
             exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
         )
         exc = exceptions.ValidationError(detail)
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return error_response(f"request body too large: the limit is {limit:,} bytes", code=413)
+    if isinstance(exc, SuspiciousOperation):
+        return error_response(f"bad request: {exc}", code=400)
     if isinstance(exc, Http404):
         return error_response("not found", code=404)
     if isinstance(exc, PermissionDenied):
