@@ -22,7 +22,9 @@ class RedactShareTokens(logging.Filter):
         if isinstance(record.args, tuple):
             record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
         elif isinstance(record.args, dict):
-            record.args = {k: redact(v) if isinstance(v, str) else v for k, v in record.args.items()}
+            record.args = {
+                k: redact(v) if isinstance(v, str) else v for k, v in record.args.items()
+            }
         request = getattr(record, "request", None)
         if request is not None and hasattr(request, "path") and SHARE_PATH.search(request.path):
             record.request = None  # django.request attaches the request; drop it

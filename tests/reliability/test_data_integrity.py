@@ -15,9 +15,24 @@ from tests.factories import UserFactory, make_scenario
 
 pytestmark = pytest.mark.django_db
 
-COMPARED = ["fits", "reason", "batch", "ttft_ms", "tpot_ms", "throughput_tok_s", "replicas",
-            "gpus", "usd_per_hour", "usd_per_month", "usd_per_mtok", "tokens_per_usd",
-            "headroom", "binding_constraint", "meets_slo", "derivation"]  # fmt: skip
+COMPARED = [
+    "fits",
+    "reason",
+    "batch",
+    "ttft_ms",
+    "tpot_ms",
+    "throughput_tok_s",
+    "replicas",
+    "gpus",
+    "usd_per_hour",
+    "usd_per_month",
+    "usd_per_mtok",
+    "tokens_per_usd",
+    "headroom",
+    "binding_constraint",
+    "meets_slo",
+    "derivation",
+]
 
 
 def _all_finite(value) -> bool:
@@ -73,15 +88,24 @@ def test_every_saved_number_is_finite(catalog):
     ttft=st.floats(1, 1e6),
     tpot=st.floats(0.1, 1e4),
 )
-def test_core_never_returns_nan_or_inf_for_valid_input(catalog, peak, mean_share, prompt, output,
-                                                        ttft, tpot):  # fmt: skip
+def test_core_never_returns_nan_or_inf_for_valid_input(
+    catalog, peak, mean_share, prompt, output, ttft, tpot
+):
     # given any valid traffic, including absurd but legal values (1e6 req/s, 1M-token prompts)
     scenario = make_scenario(
-        owner=UserFactory(username="fuzz"), peak_rps=peak, mean_rps=peak * mean_share,
-        prompt_tokens_mean=prompt, prompt_tokens_p95=prompt * 2, output_tokens_mean=output,
-        output_tokens_p95=output * 2, ttft_ms=ttft, tpot_ms=tpot,
-        models=["llama-3.1-8b", "deepseek-v3"], gpus=["H100", "L40S"], precisions=["fp8"],
-    )  # fmt: skip
+        owner=UserFactory(username="fuzz"),
+        peak_rps=peak,
+        mean_rps=peak * mean_share,
+        prompt_tokens_mean=prompt,
+        prompt_tokens_p95=prompt * 2,
+        output_tokens_mean=output,
+        output_tokens_p95=output * 2,
+        ttft_ms=ttft,
+        tpot_ms=tpot,
+        models=["llama-3.1-8b", "deepseek-v3"],
+        gpus=["H100", "L40S"],
+        precisions=["fp8"],
+    )
     from planner.selectors import latest_price_sheet
     from planner.services import build_inputs_snapshot
 
@@ -96,14 +120,20 @@ def test_core_never_returns_nan_or_inf_for_valid_input(catalog, peak, mean_share
 
 def test_absurd_but_valid_inputs_compute_or_explain_quickly(catalog):
     started = time.perf_counter()
-    huge = sizing_run_start(scenario=make_scenario(peak_rps=1e6, mean_rps=5e5,
-                                                   models=["llama-3.1-8b"], gpus=["H100"]))  # fmt: skip
+    huge = sizing_run_start(
+        scenario=make_scenario(peak_rps=1e6, mean_rps=5e5, models=["llama-3.1-8b"], gpus=["H100"])
+    )
     assert huge.status == SizingRun.Status.SUCCEEDED
     best = huge.results.filter(meets_slo=True).order_by("rank").first()
     assert best.replicas > 1000  # a million requests per second needs thousands of replicas
-    long_prompt = sizing_run_start(scenario=make_scenario(
-        prompt_tokens_mean=1_000_000, prompt_tokens_p95=1_000_000, models=["llama-3.1-8b"],
-        gpus=["H100"]))  # fmt: skip
+    long_prompt = sizing_run_start(
+        scenario=make_scenario(
+            prompt_tokens_mean=1_000_000,
+            prompt_tokens_p95=1_000_000,
+            models=["llama-3.1-8b"],
+            gpus=["H100"],
+        )
+    )
     for result in long_prompt.results.all():
         assert not result.meets_slo and result.reason  # 1M tokens exceed 8B's 128k context
     assert time.perf_counter() - started < 60
