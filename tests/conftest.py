@@ -2,6 +2,8 @@
 
 import pytest
 
+from tests.planner.test_celery_worker import broker  # noqa: F401 - shared fixture
+
 
 @pytest.fixture
 def catalog(db):
