@@ -1,6 +1,11 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.shortcuts import redirect
+from django.template import engines
+from django.template.response import TemplateResponse
+from django.urls import path
 
-from .models import GpuSku, ModelArchitecture
+from .models import CalibrationProfile, GpuSku, ModelArchitecture
+from .uploads import CalibrationUploadForm, measurements_from_upload
 
 
 @admin.register(GpuSku)
@@ -40,80 +45,6 @@ class ModelArchitectureAdmin(admin.ModelAdmin):
 
 
 # ---------------------------------------------------------------- calibration profiles
-import io  # noqa: E402  (appended section; keeps the registrations above untouched)
-import json  # noqa: E402
-
-from django import forms  # noqa: E402
-from django.contrib import messages  # noqa: E402
-from django.shortcuts import redirect  # noqa: E402
-from django.template import engines  # noqa: E402
-from django.template.response import TemplateResponse  # noqa: E402
-from django.urls import path  # noqa: E402
-
-from .measurements import (  # noqa: E402
-    ENGINE_FAMILIES,
-    MeasurementError,
-    parse_guidellm_report,
-    parse_vllm_benchmark_json,
-    read_measurements,
-)
-from .models import CalibrationProfile  # noqa: E402
-
-
-class CalibrationUploadForm(forms.Form):
-    """A measurement file and the conditions a JSON result does not state."""
-
-    file = forms.FileField(help_text="vLLM bench serve JSON, guidellm report JSON, or CSV.")
-    gpu = forms.ModelChoiceField(queryset=GpuSku.objects.all())
-    engine_family = forms.ChoiceField(choices=[(e, e) for e in ENGINE_FAMILIES])
-    model = forms.CharField(required=False, help_text="JSON uploads: the model served.")
-    num_gpus = forms.IntegerField(min_value=1, required=False, help_text="JSON uploads.")
-    tp = forms.IntegerField(min_value=1, required=False, help_text="JSON uploads.")
-    ep = forms.IntegerField(min_value=1, required=False)
-    weight_precision = forms.CharField(required=False, help_text="JSON uploads, e.g. fp8.")
-    kv_precision = forms.CharField(required=False)
-    isl = forms.IntegerField(min_value=1, required=False)
-    osl = forms.IntegerField(min_value=1, required=False)
-
-
-def measurements_from_upload(upload, data: dict) -> list:
-    """Measurements from an uploaded file: CSV by name, else JSON (vLLM or guidellm).
-
-    Raises
-    ------
-    MeasurementError
-        Naming the line/field at fault, or a missing JSON condition.
-    """
-    content = upload.read()
-    if upload.name.lower().endswith(".csv"):
-        return read_measurements(io.BytesIO(content))  # strict: one bad row refuses all
-    try:
-        payload = json.loads(content)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise MeasurementError(f"{upload.name}: neither CSV nor JSON ({exc})") from None
-    gpu = data["gpu"]
-    for field in ("num_gpus", "tp", "weight_precision"):
-        if not data.get(field):
-            raise MeasurementError("missing condition for a JSON upload", field=field)
-    common = {
-        "gpu": gpu.name,
-        "num_gpus": data["num_gpus"],
-        "tp": data["tp"],
-        "ep": data.get("ep"),
-        "engine": data["engine_family"],
-        "weight_precision": data["weight_precision"],
-        "kv_precision": data.get("kv_precision") or "",
-        "isl": data.get("isl"),
-        "osl": data.get("osl"),
-        "source": f"user upload {upload.name}",
-    }
-    if isinstance(payload, dict) and "benchmarks" in payload:
-        if not data.get("model"):
-            raise MeasurementError("missing condition for a guidellm report", field="model")
-        return parse_guidellm_report(payload, model=data["model"], **common)
-    return parse_vllm_benchmark_json(payload, model=data.get("model") or None, **common)
-
-
 # Inline so the upload page needs no template file outside this app's admin module.
 UPLOAD_TEMPLATE = """{% extends "admin/base_site.html" %}
 {% block content %}

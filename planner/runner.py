@@ -117,10 +117,65 @@ def size_candidates(inputs: dict, indices) -> list[dict]:
         candidate = inputs["candidates"][i]
         gpu_name = inputs.get("gpu_names", {}).get(candidate["gpu"], candidate["gpu"])
         values = result_values(by_label[candidate["key"]], candidate, gpu_name)
+        calibration = inputs.get("calibrations", {}).get(candidate["gpu"], {})
+        add_error_band(values, by_label[candidate["key"]], calibration)
         if inputs["gpus"][candidate["gpu"]].get("usd_per_gpu_hour", 0) <= 0:
             _without_price(values, gpu_name, inputs)
         out.append(values)
     return out
+
+
+def add_error_band(values: dict, row: PlanRow, calibration: dict) -> None:
+    """Carry the calibration profile's cross-validated error through the chain.
+
+    With relative error e on throughput and TPOT (e_ttft on TTFT), the capacity per replica
+    lies in [X(1-e), X(1+e)], so serving replicas lie in
+    [ceil(S / (1+e)), ceil(S / (1-e))] and the fleet's cost scales with them (spares fixed).
+    """
+    if not row.fits or not values["replicas"]:
+        return
+    e = min(max(float(calibration.get("relative_error", 0.25)), 0.0), 0.9)
+    e_ttft = min(max(float(calibration.get("ttft_relative_error", 0.5)), 0.0), 0.9)
+    serving = max(int(row.serving_replicas), 1)
+    spares = max(int(row.replicas) - serving, 0)
+    low = math.ceil(serving / (1 + e) - 1e-9) + spares
+    high = math.ceil(serving / (1 - e) - 1e-9) + spares
+    per_replica = row.gpus_per_replica
+    usd_per_replica_month = (values["usd_per_month"] or 0.0) / max(int(row.replicas), 1)
+
+    def pair(x, rel):
+        return [finite(x * (1 - rel)), finite(x * (1 + rel))] if finite(x) is not None else None
+
+    band = {
+        "profile": calibration.get("name", "physics defaults"),
+        "relative_error": e,
+        "ttft_relative_error": e_ttft,
+        "throughput_tok_s": pair(row.output_tok_s_per_replica, e),
+        "tpot_ms": pair(row.tpot_ms, e),
+        "ttft_ms": pair(row.ttft_ms, e_ttft),
+        "replicas": [low, high],
+        "gpus": [low * per_replica, high * per_replica],
+        "usd_per_month": [
+            finite(low * usd_per_replica_month),
+            finite(high * usd_per_replica_month),
+        ],
+    }
+    values["derivation"]["band"] = band
+    values["derivation"]["steps"].append(
+        {
+            "name": "error_band",
+            "formula": "replicas in [ceil(S/(1+e)), ceil(S/(1-e))] + spares; cost scales with them",
+            "inputs": [
+                {"name": "serving_replicas S", "value": float(serving), "unit": "replicas"},
+                {"name": "relative_error e", "value": e, "unit": "fraction"},
+                {"name": "spares", "value": float(spares), "unit": "replicas"},
+                {"name": "calibration profile", "value": band["profile"], "unit": ""},
+            ],
+            "value": f"{low}-{high}",
+            "unit": "replicas",
+            "note": "e is the profile's cross-validated median error on held-out measurements",
+        }
+    )
 
 
 def _without_price(values: dict, gpu_name: str, inputs: dict) -> None:
@@ -128,6 +183,8 @@ def _without_price(values: dict, gpu_name: str, inputs: dict) -> None:
     for key in ("usd_per_hour", "usd_per_month", "usd_per_mtok", "tokens_per_usd"):
         values[key] = None
     values["derivation"]["breakeven"] = None
+    if "band" in values["derivation"]:
+        values["derivation"]["band"]["usd_per_month"] = None
     sheet = inputs.get("price_sheet") or {}
     values["derivation"]["price_note"] = (
         f"no {inputs.get('tier', 'on_demand')} price for {gpu_name} on "

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import OpenApiExample, extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
-from fleets.models import GpuSku, ModelArchitecture
+from fleets.models import CalibrationProfile, GpuSku, ModelArchitecture
 from planner import scenario_io, services
 from planner.models import CandidateResult, Engine, Scenario, ShareLink, SizingRun, Tier
 from planner.selectors import latest_run
@@ -294,6 +294,31 @@ class PriceSheetSerializer(serializers.ModelSerializer):
             "api_prices",
         ]
         read_only_fields = ["locked", "created_at"]
+
+
+class CalibrationProfileSerializer(serializers.ModelSerializer):
+    gpu = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    owner = serializers.CharField(source="owner.username", read_only=True, allow_null=True)
+
+    class Meta:
+        model = CalibrationProfile
+        exclude = ["fitted_row_ids"]
+
+
+class CalibrationUploadSerializer(serializers.Serializer):
+    """A measurement file and the conditions a JSON result does not state."""
+
+    file = serializers.FileField(help_text="vLLM bench serve JSON, guidellm report JSON or CSV")
+    gpu = serializers.CharField(help_text="GPU name as `predict` accepts it")
+    engine_family = serializers.ChoiceField(choices=["vllm", "sglang", "trtllm", "other"])
+    model = serializers.CharField(required=False, allow_blank=True)
+    num_gpus = serializers.IntegerField(required=False, min_value=1, max_value=100_000)
+    tp = serializers.IntegerField(required=False, min_value=1, max_value=1024)
+    ep = serializers.IntegerField(required=False, min_value=1, max_value=1024)
+    weight_precision = serializers.CharField(required=False, allow_blank=True)
+    kv_precision = serializers.CharField(required=False, allow_blank=True)
+    isl = serializers.IntegerField(required=False, min_value=1, max_value=10_000_000)
+    osl = serializers.IntegerField(required=False, min_value=1, max_value=10_000_000)
 
 
 class ShareLinkSerializer(serializers.ModelSerializer):

@@ -9,6 +9,7 @@ router.register("runs", views.RunViewSet, basename="run")
 router.register("gpus", views.GpuViewSet, basename="gpu")
 router.register("models", views.ModelViewSet, basename="model")
 router.register("price-sheets", views.PriceSheetViewSet, basename="price-sheet")
+router.register("calibration-profiles", views.CalibrationProfileViewSet, basename="calibration")
 router.register("share-links", views.ShareLinkViewSet, basename="share-link")
 
 # The exports also answer without the trailing slash: runs/{id}/export.csv is a file name.

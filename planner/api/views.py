@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, Q, Subquery
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils.dateparse import parse_date, parse_datetime
@@ -14,9 +14,11 @@ from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.filters import OrderingFilter
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
-from fleets.models import GpuSku, ModelArchitecture
+from fleets.measurements import MeasurementError
+from fleets.models import CalibrationProfile, GpuSku, ModelArchitecture
 from planner import exports, selectors, services
 from planner.api import serializers as s
 from planner.models import ShareLink, SizingRun
@@ -184,6 +186,75 @@ class PriceSheetViewSet(viewsets.ModelViewSet):
     queryset = PriceSheet.objects.prefetch_related("gpu_prices", "api_prices")
     serializer_class = s.PriceSheetSerializer
     permission_classes = [IsStaffOrReadOnly]
+
+
+class CalibrationProfileViewSet(viewsets.ModelViewSet):
+    """Fitted performance-model constants per GPU x engine, with their cross-validated error.
+
+    Everyone reads the shared profiles and their own uploads; staff edit; any user may upload
+    their own measurements (``upload/``) to fit a profile for their fleet.
+    """
+
+    queryset = CalibrationProfile.objects.all()  # narrowed per user in get_queryset
+    serializer_class = s.CalibrationProfileSerializer
+    permission_classes = [IsStaffOrReadOnly]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self):
+        rows = CalibrationProfile.objects.select_related("gpu", "owner")
+        if self.request.user.is_staff:
+            return rows
+        return rows.filter(Q(owner__isnull=True) | Q(owner=self.request.user))
+
+    def create(self, request, *args, **kwargs):
+        return Response(
+            {
+                "message": "profiles are fitted, not typed: POST a measurement file to upload/",
+                "errors": {},
+            },
+            status=status.HTTP_405_METHOD_NOT_ALLOWED,
+        )
+
+    @extend_schema(
+        request={"multipart/form-data": s.CalibrationUploadSerializer},
+        responses={201: s.CalibrationProfileSerializer(many=True)},
+    )
+    @action(
+        detail=False,
+        methods=["post"],
+        permission_classes=[permissions.IsAuthenticated],
+        parser_classes=[MultiPartParser, FormParser],
+    )
+    def upload(self, request):
+        """Fit a profile for your GPU and engine from a vLLM/guidellm JSON or a measured CSV."""
+        from fleets.calibration import fit_upload
+        from fleets.uploads import measurements_from_upload
+        from planner.sizing.calibrate import CalibrationRefused
+
+        form = s.CalibrationUploadSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = dict(form.validated_data)
+        try:
+            data["gpu"] = selectors.resolve_gpu(data["gpu"])
+        except LookupError as exc:
+            raise ValidationError({"gpu": [str(exc)]}) from exc
+        upload = data["file"]
+        try:
+            rows = measurements_from_upload(upload, data)
+            saved = fit_upload(
+                rows,
+                data["gpu"],
+                data["engine_family"],
+                source=f"user upload {upload.name}",
+                owner=request.user,
+            )
+        except MeasurementError as exc:
+            field = exc.field if exc.field and exc.line is None else "file"
+            raise ValidationError({field: [str(exc)]}) from exc
+        except CalibrationRefused as exc:
+            raise ValidationError({"file": [str(exc)]}) from exc
+        body = s.CalibrationProfileSerializer(saved, many=True).data
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
 class ShareLinkViewSet(

@@ -252,3 +252,41 @@ def test_run_row_counts_match(catalog, user):
     assert run.status == SizingRun.Status.SUCCEEDED
     link, token = share_link_create(user=user, scenario=scenario, run=run)
     assert link.run == run
+
+
+def test_calibration_profiles_read_and_upload(catalog, api, user, tmp_path):
+    from fleets.models import CalibrationProfile
+    from tests.fleets.test_calibration import measured_csv
+
+    shipped = api.get("/api/v1/calibration-profiles/", {"limit": 200}).json()
+    assert shipped["count"] == CalibrationProfile.objects.filter(owner=None).count() > 0
+    first = shipped["results"][0]
+    assert {"constants", "relative_error", "cv_error", "n_points", "source"} <= set(first)
+    assert api.delete(f"/api/v1/calibration-profiles/{first['id']}/").status_code == 403
+    # a user calibrates their own fleet from a measured CSV
+    path = measured_csv(tmp_path / "lab.csv")
+    with path.open("rb") as handle:
+        fitted = api.post(
+            "/api/v1/calibration-profiles/upload/",
+            {"file": handle, "gpu": "H100", "engine_family": "vllm"},
+            format="multipart",
+        )
+    assert fitted.status_code == 201, fitted.json()
+    assert fitted.json()[0]["owner"] == user.username and fitted.json()[0]["n_points"] > 0
+    # a bad file is refused naming the line and field, and nothing is saved
+    bad = tmp_path / "bad.csv"
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    row = lines[1].split(",")
+    row[header.index("value")] = "fast"
+    bad.write_text("\n".join([lines[0], ",".join(row)]) + "\n")
+    before = CalibrationProfile.objects.count()
+    with bad.open("rb") as handle:
+        refused = api.post(
+            "/api/v1/calibration-profiles/upload/",
+            {"file": handle, "gpu": "H100", "engine_family": "vllm"},
+            format="multipart",
+        )
+    assert refused.status_code == 400
+    assert "line 2" in refused.json()["errors"]["file"][0]
+    assert CalibrationProfile.objects.count() == before
