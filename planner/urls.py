@@ -28,6 +28,7 @@ urlpatterns = [
     path("runs/<int:pk>/share/", views.share_create, name="share-create"),
     path("share-links/<uuid:link_id>/revoke/", views.share_revoke, name="share-revoke"),
     path("compare/", views.compare, name="compare"),
+    path("calibration/", views.calibration, name="calibration"),
     path("s/<str:token>/", views.shared_view, name="shared"),
     path("s/<str:token>/export.csv", views.shared_export, {"fmt": "csv"}, name="shared-csv"),
     path("s/<str:token>/export.xlsx", views.shared_export, {"fmt": "xlsx"}, name="shared-xlsx"),
