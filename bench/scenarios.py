@@ -175,11 +175,13 @@ def main() -> None:
     if args.json:
         print(json.dumps(out, indent=2))
         return
-    t, s = out["typical"], out["sweep"]
-    print(
-        f"typical scenario ({t['candidates']} candidates), 1 worker: median {t['median_s']:.2f} s,"
-        f" max {t['max_s']:.2f} s over {t['runs']} runs"
-    )
+    s = out["sweep"]
+    for key, label in (("typical", "mean-value chain"), ("typical_tails", "with simulated tails")):
+        t = out[key]
+        print(
+            f"typical scenario ({t['candidates']} candidates, {label}), 1 worker: "
+            f"median {t['median_s']:.2f} s, max {t['max_s']:.2f} s over {t['runs']} runs"
+        )
     print(
         f"sweep ({s['candidates']} candidates): 1 worker {s['one_worker_s']:.2f} s, "
         f"2 workers {s['two_workers_s']:.2f} s, speed-up {s['speedup']:.2f}x"

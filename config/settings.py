@@ -219,5 +219,8 @@ CELERY_BEAT_SCHEDULE = {
     "requeue-stuck-runs": {"task": "planner.tasks.requeue_stuck_runs", "schedule": 60.0},
 }
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "headroom")
+# Simulate the leading candidates per GPU for p50/p95/p99 and size their replicas on the
+# simulated SLO percentile (slower runs; the mean-value chain alone when off).
+SIZING_SIMULATE_TAILS = env_bool("SIZING_SIMULATE_TAILS", True)
 # Fault-injection only (tests that kill a worker mid-run): seconds to sleep in each batch.
 SIZING_BATCH_DELAY_S = float(os.environ.get("SIZING_BATCH_DELAY_S", "0"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 
 from fleets.models import GpuSku, ModelArchitecture
-from planner import runner, scenario_io
+from planner import runner, scenario_io, tails
 from planner.models import Scenario
 from planner.selectors import latest_price_sheet
 from planner.services import build_inputs_snapshot, clean_scenario_data
@@ -17,8 +17,12 @@ class PlanInputError(ValueError):
         self.errors = errors
 
 
-def plan_document(document) -> dict:
-    """Validate a nested scenario document, size every candidate, return the ranked result."""
+def plan_document(document, simulate_tails: bool = False) -> dict:
+    """Validate a nested scenario document, size every candidate, return the ranked result.
+
+    ``simulate_tails`` re-sizes the leading candidates on simulated p50/p95/p99 as a run does
+    (``planner.tails``; ~1-3 s per simulated candidate, up to 12), then re-ranks.
+    """
     try:
         flat = scenario_io.flatten(document)
         clean = clean_scenario_data(flat)
@@ -34,6 +38,8 @@ def plan_document(document) -> dict:
     if not inputs["candidates"]:
         raise PlanInputError({"candidates": ["no valid candidate (model x GPU x TP) to size"]})
     rows = runner.size_candidates(inputs, range(len(inputs["candidates"])))
+    if simulate_tails and inputs.get("simulate_tails", True):
+        apply_tails(inputs, rows)
     rows.sort(key=runner.rank_key)
     best_per_gpu: dict[str, dict] = {}
     for rank, row in enumerate(rows, start=1):
@@ -48,7 +54,12 @@ def plan_document(document) -> dict:
         why = (
             "" if best else "; ".join(sorted({r["reason"] or "misses the SLO" for r in tried})[:3])
         )
-        per_gpu.append({"gpu": slug, "gpu_name": name, "recommended": best, "why_none": why})
+        entry = {"gpu": slug, "gpu_name": name, "recommended": best, "why_none": why}
+        if best:
+            entry |= tails.latency_summary(
+                best.get("ttft_ms_p95"), best.get("tpot_ms_p95"), best["derivation"]
+            )
+        per_gpu.append(entry)
     return {
         "scenario": inputs["scenario"]["name"],
         "price_sheet": inputs["price_sheet"],
@@ -56,3 +67,18 @@ def plan_document(document) -> dict:
         "per_gpu": per_gpu,
         "rows": rows,
     }
+
+
+def apply_tails(inputs: dict, rows: list[dict]) -> int:
+    """Update the picked rows in place with their simulated sizing (as a run's aggregate
+    does); every row gains the percentile keys (None when not simulated)."""
+    for row in rows:
+        for name in ("ttft", "tpot"):
+            for p in (50, 95, 99):
+                row.setdefault(f"{name}_ms_p{p}", None)
+    index = {c["key"]: i for i, c in enumerate(inputs["candidates"])}
+    by_key = {row["candidate_key"]: row for row in rows}
+    picked = tails.pick_for_simulation(rows)
+    for key in picked:
+        by_key[key].update(tails.simulate_tails_or_reason(inputs, index[key], by_key[key]))
+    return len(picked)

@@ -354,6 +354,8 @@ def build_inputs_snapshot(
         else None,
         "gpus_without_price": missing,
         "candidates": expand_candidates(scenario, models, gpus),
+        # re-size the leading candidates on simulated tail latencies (planner.tails)
+        "simulate_tails": settings.SIZING_SIMULATE_TAILS,
     }
 
 

@@ -20,9 +20,10 @@ from celery import chord, shared_task
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 from django.db.models import F
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from planner import runner
+from planner import runner, tails
 from planner.models import CandidateResult, SizingRun
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ TASK_OPTIONS = {
 }
 STALE_AFTER = timedelta(seconds=getattr(settings, "RUN_STALE_SECONDS", 120))
 MAX_ENQUEUES = 20
+BATCHES_PROGRESS = 90  # sizing the batches takes progress to 90 %, the tail simulations to 99
+TAILS_PROGRESS = 99
 
 
 def enqueue_run(run_id: int) -> None:
@@ -119,22 +122,30 @@ def _save_batch(run_id: int, batch_index: int, values: list[dict]) -> None:
             update_fields=update_fields,
         )
         run.batches_done = sorted({*run.batches_done, batch_index})
-        run.progress = min(99, int(100 * len(run.batches_done) / max(run.batch_count, 1)))
+        done_share = len(run.batches_done) / max(run.batch_count, 1)
+        run.progress = int(BATCHES_PROGRESS * done_share)
         run.heartbeat_at = timezone.now()
         run.save(update_fields=["batches_done", "progress", "heartbeat_at"])
 
 
 @shared_task(**TASK_OPTIONS)
 def aggregate_run(run_id: int) -> None:
-    """Rank every result, mark the cheapest SLO-meeting option per GPU, finish the run."""
+    """Simulate the tails of the leading candidates, rank every result, mark the cheapest
+    SLO-meeting option per GPU, finish the run."""
     with transaction.atomic():
         run = SizingRun.objects.select_for_update().filter(pk=run_id).first()
         if run is None or run.is_finished:
             return
-        missing = set(range(run.batch_count)) - set(run.batches_done)
-        if missing:  # a chord part was lost or double-counted: size what is missing
+        if _missing_batches(run):  # a chord part was lost or double-counted: size what's missing
             if run.enqueue_count < MAX_ENQUEUES:
                 transaction.on_commit(lambda: enqueue_run(run_id))
+            return
+    # Outside the row lock: the simulations take seconds and report progress meanwhile. A
+    # duplicate aggregate doing the same work writes the same (seeded) numbers.
+    simulate_tails_phase(run)
+    with transaction.atomic():
+        run = SizingRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.is_finished:
             return
         try:
             summary = rank_and_summarize(run)
@@ -150,6 +161,44 @@ def aggregate_run(run_id: int) -> None:
         run.status, run.progress = SizingRun.Status.SUCCEEDED, 100
         run.finished_at = timezone.now()
         run.save(update_fields=["summary", "status", "progress", "finished_at"])
+
+
+def _missing_batches(run: SizingRun) -> set[int]:
+    return set(range(run.batch_count)) - set(run.batches_done)
+
+
+#: What ``tails.pick_for_simulation`` ranks on, read from a saved row.
+PICK_FIELDS = ("candidate_key", "gpu_slug", "meets_slo", "fits", "usd_per_month", "usd_per_mtok")
+
+
+def simulate_tails_phase(run: SizingRun) -> int:
+    """Re-size the leading candidates on simulated p50/p95/p99 (``planner.tails``); returns
+    how many rows were updated. Off when the snapshot says so (runs saved before the flag
+    existed stay mean-value, so they recompute as they were). Rows already simulated are
+    skipped and the choice is made on mean-value numbers, so a second aggregate changes
+    nothing; a failed simulation leaves its reason in the row, never fails the run."""
+    if not run.inputs.get("simulate_tails", False):
+        return 0
+    results = {r.candidate_key: r for r in run.results.all()}
+    views = [
+        {f: getattr(r, f) for f in PICK_FIELDS} | {"derivation": r.derivation}
+        for r in results.values()
+    ]
+    picked = tails.pick_for_simulation(views)
+    keys = [k for k in picked if not tails.is_simulated({"derivation": results[k].derivation})]
+    index = {c["key"]: i for i, c in enumerate(run.inputs["candidates"])}
+    for done, key in enumerate(keys, start=1):
+        row = results[key]
+        mean_value = {f: getattr(row, f) for f in (*runner.RESULT_FIELDS, "derivation")}
+        updates = tails.simulate_tails_or_reason(run.inputs, index[key], mean_value)
+        for field, value in updates.items():
+            setattr(row, field, value)
+        row.save(update_fields=list(updates))
+        progress = BATCHES_PROGRESS + (TAILS_PROGRESS - BATCHES_PROGRESS) * done // len(keys)
+        SizingRun.objects.filter(pk=run.pk).update(
+            progress=Greatest(F("progress"), progress), heartbeat_at=timezone.now()
+        )
+    return len(keys)
 
 
 def rank_and_summarize(run: SizingRun) -> dict:
@@ -202,6 +251,7 @@ def summarize(run: SizingRun, results: list, best_per_gpu: dict) -> dict:
                 "tokens_per_usd": best.tokens_per_usd,
                 "ttft_ms": best.ttft_ms,
                 "tpot_ms": best.tpot_ms,
+                **tails.latency_summary(best.ttft_ms_p95, best.tpot_ms_p95, best.derivation),
                 "breakeven": best.derivation.get("breakeven"),
             }
         )

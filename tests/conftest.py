@@ -11,3 +11,10 @@ def catalog(db):
     from django.core.management import call_command
 
     call_command("load_catalog", verbosity=0)
+
+
+@pytest.fixture(autouse=True)
+def _mean_value_runs_unless_asked(request, settings):
+    """Runs size on the mean-value chain in tests (fast); tests marked ``tails`` simulate the
+    leading candidates as production does."""
+    settings.SIZING_SIMULATE_TAILS = request.node.get_closest_marker("tails") is not None

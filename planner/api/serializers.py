@@ -297,8 +297,18 @@ class PriceSheetSerializer(serializers.ModelSerializer):
 
 
 class CalibrationProfileSerializer(serializers.ModelSerializer):
-    gpu = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    owner = serializers.CharField(source="owner.username", read_only=True, allow_null=True)
+    gpu = serializers.SlugRelatedField(
+        slug_field="slug",
+        read_only=True,
+        allow_null=True,
+        help_text="GPU slug; null for a generation-level (fallback) profile",
+    )
+    owner = serializers.CharField(
+        source="owner.username",
+        read_only=True,
+        allow_null=True,
+        help_text="null for the shared, shipped profiles",
+    )
 
     class Meta:
         model = CalibrationProfile

@@ -28,8 +28,10 @@ def _object_routes() -> list[str]:
     for route in _patterns(get_resolver()):
         if route.startswith(("admin/", "api/schema", "api/docs")) or "(?P<format>" in route:
             continue
-        if route.replace("^", "").startswith(("api/v1/gpus", "api/v1/models", "api/v1/price-")):
-            continue  # the shared catalog: readable by every user, not per-user objects
+        if route.replace("^", "").startswith(
+            ("api/v1/gpus", "api/v1/models", "api/v1/price-", "api/v1/calibration-")
+        ):
+            continue  # the shared catalog (own calibration uploads: tested below)
         if "<int:pk>" in route or "<uuid:link_id>" in route or "(?P<pk>" in route:
             routes.append(route)
     return sorted(set(routes))
@@ -145,3 +147,23 @@ def test_gunicorn_access_log_redacts_tokens(monkeypatch):
     environ = {"RAW_URI": f"/s/{token}/?x=1", "PATH_INFO": f"/s/{token}/"}
     RedactingLogger(Config()).access(None, request, environ, None)
     assert seen == [("/s/[redacted]/?x=1", "/s/[redacted]/", "/s/[redacted]/", "/s/[redacted]/")]
+
+
+def test_another_users_calibration_upload_is_invisible(catalog, tmp_path):
+    from fleets.calibration import fit_upload
+    from fleets.measurements import read_measurements
+    from fleets.models import CalibrationProfile, GpuSku
+    from tests.fleets.test_calibration import measured_csv
+
+    owner = UserFactory(username="lab-owner")
+    rows = read_measurements(measured_csv(tmp_path / "lab.csv"))
+    (profile,) = fit_upload(
+        rows, GpuSku.objects.get(slug="h100_sxm"), "vllm", source="user upload lab.csv", owner=owner
+    )[:1]
+    api = APIClient()
+    api.force_authenticate(UserFactory(username="other-lab"))
+    for method in ("get", "patch", "delete"):
+        response = getattr(api, method)(f"/api/v1/calibration-profiles/{profile.pk}/")
+        assert response.status_code in (403, 404), (method, response.status_code)
+    assert api.get(f"/api/v1/calibration-profiles/{profile.pk}/").status_code == 404
+    assert CalibrationProfile.objects.filter(pk=profile.pk).exists()
