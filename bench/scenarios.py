@@ -146,15 +146,19 @@ def main() -> None:
     workers = start_workers(1)
     try:
         time.sleep(3)  # worker boot
+        from django.conf import settings
+
         time_run(typical)  # warm-up: imports, connections
-        times = [time_run(typical)[0] for _ in range(args.repeats)]
-        count = typical.runs.first().candidate_count
-        out["typical"] = {
-            "candidates": count,
-            "median_s": statistics.median(times),
-            "max_s": max(times),
-            "runs": len(times),
-        }
+        for tails in (False, True):
+            settings.SIZING_SIMULATE_TAILS = tails  # each run's snapshot carries the choice
+            times = [time_run(typical)[0] for _ in range(args.repeats)]
+            out["typical_tails" if tails else "typical"] = {
+                "candidates": typical.runs.first().candidate_count,
+                "median_s": statistics.median(times),
+                "max_s": max(times),
+                "runs": len(times),
+            }
+        settings.SIZING_SIMULATE_TAILS = False  # the sweep measures the batch phase
         one, samples_one, n_sweep = time_run(sweep)
     finally:
         stop(workers)
