@@ -185,3 +185,31 @@ def test_run_length_timer_gives_the_parent_timers_numbers(catalog):
 
 def _index(run: SizingRun, key: str) -> int:
     return next(i for i, c in enumerate(run.inputs["candidates"]) if c["key"] == key)
+
+
+def test_a_gpu_whose_simulated_leader_fails_gets_a_second_candidate_simulated(catalog, monkeypatch):
+    # given simulations that make the first candidate of every GPU miss the SLO
+    from planner import tails as tails_module
+
+    real = tails_module.simulate_tails_or_reason
+    first_seen: set[str] = set()
+
+    def leader_fails(inputs, index, mean_value):
+        updates = real(inputs, index, mean_value)
+        gpu = inputs["candidates"][index]["gpu"]
+        if gpu not in first_seen:
+            first_seen.add(gpu)
+            updates["meets_slo"] = False
+        return updates
+
+    monkeypatch.setattr(tails_module, "simulate_tails_or_reason", leader_fails)
+    scenario = make_scenario(gpus=["H100"], models=["llama-3.1-8b"], precisions=["fp8", "bf16"])
+    # when the run aggregates
+    run = sizing_run_start(scenario=scenario)
+    simulated = [r for r in run.results.all() if "simulated" in r.derivation]
+    # then a second H100 candidate was simulated, and a re-aggregate simulates nothing new
+    assert len(simulated) == 2, [r.candidate_key for r in simulated]
+    from planner import tasks
+
+    run.refresh_from_db()
+    assert tasks.simulate_tails_phase(run) == 0
