@@ -40,20 +40,16 @@ def plan_document(document, simulate_tails: bool = False) -> dict:
     rows = runner.size_candidates(inputs, range(len(inputs["candidates"])))
     if simulate_tails and inputs.get("simulate_tails", True):
         apply_tails(inputs, rows)
-    rows.sort(key=runner.rank_key)
-    best_per_gpu: dict[str, dict] = {}
+    order, best_keys = runner.rank_and_pick(rows)
+    by_key = {row["candidate_key"]: row for row in rows}
+    rows = [by_key[key] for key in order]
     for rank, row in enumerate(rows, start=1):
         row["rank"] = rank
-        if row["meets_slo"] and row["gpu_slug"] not in best_per_gpu:
-            best_per_gpu[row["gpu_slug"]] = row
-        row["recommended"] = best_per_gpu.get(row["gpu_slug"]) is row
+        row["recommended"] = best_keys.get(row["gpu_slug"]) == row["candidate_key"]
     per_gpu = []
     for slug, name in inputs["gpu_names"].items():
-        best = best_per_gpu.get(slug)
-        tried = [r for r in rows if r["gpu_slug"] == slug]
-        why = (
-            "" if best else "; ".join(sorted({r["reason"] or "misses the SLO" for r in tried})[:3])
-        )
+        best = by_key.get(best_keys.get(slug, ""))
+        why = "" if best else runner.why_none(rows, slug)
         entry = {"gpu": slug, "gpu_name": name, "recommended": best, "why_none": why}
         if best:
             entry |= tails.latency_summary(

@@ -202,3 +202,31 @@ def rank_key(values: dict) -> tuple:
         values["usd_per_mtok"] if values["usd_per_mtok"] is not None else inf,
         values["candidate_key"],
     )
+
+
+#: The fields ranking and the per-GPU recommendation read.
+RANK_FIELDS = ("candidate_key", "gpu_slug", "meets_slo", "fits", "usd_per_month", "usd_per_mtok")
+
+
+def rank_and_pick(views: list[dict]) -> tuple[list[str], dict[str, str]]:
+    """Order result views best first (``rank_key``) and pick each GPU SKU's recommendation:
+    its first row that meets the SLOs. Returns (candidate keys in rank order,
+    {gpu_slug: recommended candidate key}). Shared by runs and the ``plan`` command."""
+    ordered = sorted(views, key=rank_key)
+    best: dict[str, str] = {}
+    for view in ordered:
+        if view["meets_slo"]:
+            best.setdefault(view["gpu_slug"], view["candidate_key"])
+    return [view["candidate_key"] for view in ordered], best
+
+
+def why_none(views: list[dict], gpu_slug: str) -> str:
+    """Why no option on this GPU meets the SLOs: up to three distinct reasons."""
+    reasons = sorted(
+        {
+            v["reason"] or f"misses the SLO ({v['binding_constraint']})"
+            for v in views
+            if v["gpu_slug"] == gpu_slug
+        }
+    )[:3]
+    return "; ".join(reasons) or "no candidate"

@@ -168,9 +168,6 @@ def _missing_batches(run: SizingRun) -> set[int]:
 
 
 #: What ``tails.pick_for_simulation`` ranks on, read from a saved row.
-PICK_FIELDS = ("candidate_key", "gpu_slug", "meets_slo", "fits", "usd_per_month", "usd_per_mtok")
-
-
 def simulate_tails_phase(run: SizingRun) -> int:
     """Re-size the leading candidates on simulated p50/p95/p99 (``planner.tails``); returns
     how many rows were updated. Off when the snapshot says so (runs saved before the flag
@@ -181,7 +178,7 @@ def simulate_tails_phase(run: SizingRun) -> int:
         return 0
     results = {r.candidate_key: r for r in run.results.all()}
     views = [
-        {f: getattr(r, f) for f in PICK_FIELDS} | {"derivation": r.derivation}
+        {f: getattr(r, f) for f in runner.RANK_FIELDS} | {"derivation": r.derivation}
         for r in results.values()
     ]
     picked = tails.pick_for_simulation(views)
@@ -233,36 +230,31 @@ def _second_chance(run: SizingRun, results: dict, views: list[dict], index: dict
 
 
 def rank_and_summarize(run: SizingRun) -> dict:
-    results = list(run.results.all())
-    fields = ["candidate_key", "meets_slo", "fits", "usd_per_month", "usd_per_mtok"]
-    results.sort(key=lambda r: runner.rank_key({f: getattr(r, f) for f in fields}))
-    best_per_gpu: dict[str, CandidateResult] = {}
+    by_key = {r.candidate_key: r for r in run.results.all()}
+    fields = (*runner.RANK_FIELDS, "reason", "binding_constraint")
+    views = [{f: getattr(r, f) for f in fields} for r in by_key.values()]
+    order, best_keys = runner.rank_and_pick(views)
+    results = [by_key[key] for key in order]
     for rank, result in enumerate(results, start=1):
         result.rank = rank
-        result.recommended = False
-        if result.meets_slo and result.gpu_slug not in best_per_gpu:
-            best_per_gpu[result.gpu_slug] = result
-            result.recommended = True
+        result.recommended = best_keys.get(result.gpu_slug) == result.candidate_key
     CandidateResult.objects.bulk_update(results, ["rank", "recommended"], batch_size=500)
-    return summarize(run, results, best_per_gpu)
+    best_per_gpu = {slug: by_key[key] for slug, key in best_keys.items()}
+    return summarize(run, results, views, best_per_gpu)
 
 
-def summarize(run: SizingRun, results: list, best_per_gpu: dict) -> dict:
+def summarize(run: SizingRun, results: list, views: list[dict], best_per_gpu: dict) -> dict:
     gpu_names = run.inputs.get("gpu_names", {})
     per_gpu = []
     for slug, name in gpu_names.items():
         best = best_per_gpu.get(slug)
         if best is None:
-            tried = [r for r in results if r.gpu_slug == slug]
-            reasons = sorted(
-                {r.reason or f"misses the SLO ({r.binding_constraint})" for r in tried}
-            )[:3]
             per_gpu.append(
                 {
                     "gpu": slug,
                     "gpu_name": name,
                     "recommended": None,
-                    "why_none": "; ".join(reasons) or "no candidate",
+                    "why_none": runner.why_none(views, slug),
                 }
             )
             continue

@@ -17,12 +17,12 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 from django.views.decorators.http import require_POST, require_safe
 from rest_framework.authtoken.models import Token
 
 from fleets.models import GpuSku, ModelArchitecture
 from planner import charts, exports, selectors, services
+from planner.dates import parse_moment
 from planner.forms import (
     ScenarioForm,
     initial_from_scenario,
@@ -308,14 +308,9 @@ def parse_expiry(value: str) -> dt.datetime | None:
     value = (value or "").strip()
     if not value:
         return None
-    moment = parse_datetime(value)
+    moment = parse_moment(value, end_of_day=True)
     if moment is None:
-        day = parse_date(value)
-        if day is None:
-            raise ValidationError({"expires_at": ["use a date (YYYY-MM-DD) or a date and time"]})
-        moment = dt.datetime.combine(day, dt.time.max)
-    if timezone.is_naive(moment):
-        moment = moment.replace(tzinfo=dt.UTC)
+        raise ValidationError({"expires_at": ["use a date (YYYY-MM-DD) or a date and time"]})
     return moment
 
 

@@ -143,7 +143,6 @@ class ScenarioSerializer(serializers.Serializer):
         run = latest_run(scenario)
         if run is None:
             return None
-        best = next((e for e in run.summary.get("per_gpu", []) if e.get("recommended")), None)
         costs = [
             e["usd_per_month"]
             for e in run.summary.get("per_gpu", [])
@@ -153,7 +152,7 @@ class ScenarioSerializer(serializers.Serializer):
             "id": run.pk,
             "status": run.status,
             "progress": run.progress,
-            "best_usd_per_month": min(costs) if costs and best else None,
+            "best_usd_per_month": min(costs) if costs else None,
         }
 
     def to_representation(self, scenario: Scenario) -> dict:
@@ -228,19 +227,8 @@ class RunSerializer(serializers.ModelSerializer):
 
 class RunListSerializer(RunSerializer):
     class Meta(RunSerializer.Meta):
-        fields = [
-            "id",
-            "scenario",
-            "status",
-            "progress",
-            "error",
-            "created_at",
-            "started_at",
-            "finished_at",
-            "candidate_count",
-            "price_sheet",
-            "summary",
-        ]
+        # the list leaves out the two heavy parts: the inputs snapshot and the results
+        fields = [f for f in RunSerializer.Meta.fields if f not in ("inputs", "results")]
 
 
 class RunStartedSerializer(serializers.Serializer):

@@ -7,7 +7,6 @@ import datetime as dt
 from django.db.models import OuterRef, Q, Subquery
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
-from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, status, viewsets
@@ -21,6 +20,7 @@ from fleets.measurements import MeasurementError
 from fleets.models import CalibrationProfile, GpuSku, ModelArchitecture
 from planner import exports, selectors, services
 from planner.api import serializers as s
+from planner.dates import parse_moment
 from planner.models import ShareLink, SizingRun
 from pricing.models import PriceSheet
 
@@ -44,14 +44,9 @@ class IsOwnerForWrites(permissions.BasePermission):
 
 
 def _parse_since(value: str) -> dt.datetime:
-    moment = parse_datetime(value)
+    moment = parse_moment(value)
     if moment is None:
-        day = parse_date(value)
-        if day is None:
-            raise ValidationError({"updated_since": ["use an ISO date or date-time"]})
-        moment = dt.datetime.combine(day, dt.time.min, tzinfo=dt.UTC)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
+        raise ValidationError({"updated_since": ["use an ISO date or date-time"]})
     return moment
 
 

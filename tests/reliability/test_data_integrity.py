@@ -15,24 +15,7 @@ from tests.factories import UserFactory, make_scenario
 
 pytestmark = pytest.mark.django_db
 
-COMPARED = [
-    "fits",
-    "reason",
-    "batch",
-    "ttft_ms",
-    "tpot_ms",
-    "throughput_tok_s",
-    "replicas",
-    "gpus",
-    "usd_per_hour",
-    "usd_per_month",
-    "usd_per_mtok",
-    "tokens_per_usd",
-    "headroom",
-    "binding_constraint",
-    "meets_slo",
-    "derivation",
-]
+COMPARED = [*runner.RESULT_FIELDS, "derivation"]  # every stored result field
 
 
 TAIL_FIELDS = [f"{n}_ms_p{p}" for n in ("ttft", "tpot") for p in (50, 95, 99)]
