@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.sizing.candidates import CandidateArrays  # noqa: E402
-from planner.sizing.simulate import LengthDist, Workload, max_rate_for_slo, simulate  # noqa: E402
-from planner.sizing.specs import GpuSpec, ModelSpec  # noqa: E402
+from sizing.candidates import CandidateArrays  # noqa: E402
+from sizing.simulate import LengthDist, Workload, max_rate_for_slo, simulate  # noqa: E402
+from sizing.specs import GpuSpec, ModelSpec  # noqa: E402
 
 LLAMA_8B = ModelSpec("Llama 3.1 8B", 32, 4096, 32, 8, 128, 128256, 8.03e9, 8.03e9, 128256 * 4096)
 H100 = GpuSpec("H100 SXM", 80, 3.35, {"bf16": 989.5, "fp8": 1979}, "nvlink", 900, 8, 8)

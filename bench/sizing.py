@@ -22,12 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from planner.sizing import cost, headroom, littles  # noqa: E402
-from planner.sizing.candidates import CandidateArrays  # noqa: E402
-from planner.sizing.memory import fit_memory  # noqa: E402
-from planner.sizing.operating import closed_loop  # noqa: E402
-from planner.sizing.precision import PRECISIONS  # noqa: E402
-from planner.sizing.specs import (  # noqa: E402
+from sizing import cost, headroom, littles  # noqa: E402
+from sizing.candidates import CandidateArrays  # noqa: E402
+from sizing.memory import fit_memory  # noqa: E402
+from sizing.operating import closed_loop  # noqa: E402
+from sizing.precision import PRECISIONS  # noqa: E402
+from sizing.specs import (  # noqa: E402
     Calibration,
     EngineSettings,
     GpuSpec,
@@ -189,7 +189,7 @@ def scalar_point(
     formulas; this copy exists to time a per-candidate loop and to cross-check the arrays."""
     eng = eng or EngineSettings()
     cal = cal or Calibration()
-    from planner.sizing.precision import (
+    from sizing.precision import (
         default_kv_precision,
         kv_bytes_per_element,
         peak_flops,

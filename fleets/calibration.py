@@ -1,8 +1,7 @@
 """Calibration profiles on the Django side: load, save, select, and fit uploads.
 
-The fitting itself is pure (``planner.sizing.calibrate``). The fleets app sits below planner
-(planner imports fleets), so this module imports planner only inside the functions that fit
-or build ``Calibration`` objects; loading the shipped fixture needs no planner code at all.
+The fitting itself is pure (``sizing.calibrate``); catalog rows become core specs through
+``fleets.selectors``, so nothing here imports the planner app.
 
 API the rest of the project calls
 ---------------------------------
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from fleets.measurements import CATALOG_DIR, Measurement, plain_fit_rows
 from fleets.models import CalibrationProfile, GpuSku
@@ -62,7 +62,7 @@ class CatalogSpecs:
 
     def __init__(self):
         from fleets.models import ModelArchitecture
-        from planner.selectors import catalog_index
+        from fleets.selectors import catalog_index
 
         self._index = catalog_index()
         self._models = {m.pk: m for m in ModelArchitecture.objects.all()}
@@ -70,7 +70,7 @@ class CatalogSpecs:
         self._cache: dict[tuple[str, int], tuple[str, Any]] = {}
 
     def model(self, name: str):
-        from planner.selectors import model_spec
+        from fleets.selectors import model_spec
 
         pk = self._index.model_id(name)  # LookupError names the unknown model
         key = ("model", pk)
@@ -79,7 +79,7 @@ class CatalogSpecs:
         return self._cache[key]
 
     def gpu(self, name: str):
-        from planner.selectors import gpu_spec
+        from fleets.selectors import gpu_spec
 
         pk = self._index.gpu_id(name)
         key = ("gpu", pk)
@@ -92,11 +92,11 @@ def catalog_points(rows: Iterable[Measurement], *, include_unfitted: bool = Fals
     """Plain-fit rows -> ``FitPoint`` list, and (row, reason) for every row left out.
 
     Applies ``fleets.measurements.plain_fit_rows`` (disaggregated, speculative, duplicate
-    statistics...), then the model's own limits (``planner.sizing.calibrate``: metrics it
+    statistics...), then the model's own limits (``sizing.calibrate``: metrics it
     predicts, closed loop, catalogued names) and, unless ``include_unfitted``, drops rows
     whose flags keep them out of fits (``UNFITTED_FLAGS``).
     """
-    from planner.sizing.calibrate import points_from_measurements, unfitted_reason
+    from sizing.calibrate import points_from_measurements, unfitted_reason
 
     kept, excluded = plain_fit_rows(rows)
     left_out = [(item.row, item.reason) for item in excluded]
@@ -113,8 +113,8 @@ def catalog_points(rows: Iterable[Measurement], *, include_unfitted: bool = Fals
 
 
 def _profile_fields(key, fit, tables: dict, source: str) -> dict[str, Any]:
-    """Model field values for one fitted profile (``key``: planner ProfileKey)."""
-    from planner.sizing.calibrate import FITTED_CONSTANTS
+    """Model field values for one fitted profile (``key``: ``sizing.calibrate.ProfileKey``)."""
+    from sizing.calibrate import FITTED_CONSTANTS
 
     generation = (
         key.gpu.removeprefix("gen:") if key.gpu.startswith("gen:") else generation_of(key.gpu)
@@ -202,7 +202,7 @@ def load_shipped_profiles(path: Path = PROFILES_FIXTURE) -> int:
 
 
 def _calibration(profile: CalibrationProfile):
-    from planner.sizing.specs import Calibration
+    from sizing.specs import Calibration
 
     known = {k: float(v) for k, v in profile.constants.items() if hasattr(Calibration, k)}
     return Calibration(
@@ -214,7 +214,7 @@ def _calibration(profile: CalibrationProfile):
 
 
 def _key(profile: CalibrationProfile):
-    from planner.sizing.calibrate import ANY, ProfileKey, generation_key
+    from sizing.calibrate import ANY, ProfileKey, generation_key
 
     gpu = profile.gpu.slug if profile.gpu_id else generation_key(profile.generation)
     return ProfileKey(gpu, profile.engine_family or ANY, profile.precision or ANY)
@@ -225,10 +225,13 @@ def profile_selector(owner=None) -> Callable[[str, str, str], tuple[Any, str]]:
     profiles, read once. Per key the newest profile wins, the owner's own before shared ones
     (user uploads calibrate *their* fleet). Results are cached, so equal look-ups return the
     same Calibration object (cheap for the vectorized core)."""
-    from planner.sizing.calibrate import select_profile
+    from sizing.calibrate import select_profile
 
     rows = CalibrationProfile.objects.select_related("gpu").order_by("created", "pk")
-    rows = rows.filter(owner=None) if owner is None else rows.filter(owner__in=[owner, None])
+    # ``owner__in=[owner, None]`` would never match NULL in SQL: the shipped (owner-less)
+    # profiles must stay visible to a signed-in user, under their own.
+    shared = Q(owner__isnull=True)
+    rows = rows.filter(shared if owner is None else shared | Q(owner=owner))
     ranked = sorted(rows, key=lambda p: (p.owner_id is not None, p.created, p.pk))
     table = {_key(p): _calibration(p) for p in ranked}  # later (newer, owned) rows win
     cache: dict[tuple[str, str, str], tuple[Any, str]] = {}
@@ -263,7 +266,7 @@ def fit_upload(
     CalibrationRefused
         No usable row for this GPU and engine, or fewer points than constants.
     """
-    from planner.sizing.calibrate import CalibrationRefused, calibrate_with_cv
+    from sizing.calibrate import CalibrationRefused, calibrate_with_cv
 
     points, left_out = catalog_points(rows)
     points = [p for p in points if p.gpu_key == gpu.slug and p.engine == engine_family]

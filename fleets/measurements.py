@@ -1,7 +1,7 @@
 """Measured inference results: read, normalise, filter and validate rows for calibration.
 
 Pure Python (no Django, no numpy) so management commands, admin uploads, scripts and tests
-share one reading of the data. The performance model lives elsewhere (planner/sizing); this
+share one reading of the data. The performance model lives elsewhere (sizing/); this
 module only turns published or uploaded measurements into comparable :class:`Measurement` rows.
 
 Row format

@@ -164,7 +164,7 @@ class ModelArchitecture(SourcedRow):
 class CalibrationProfile(models.Model):
     """Fitted efficiency constants of the performance model for one GPU x engine (x precision).
 
-    A profile is a handful of physical constants (``planner.sizing.calibrate``), never a table
+    A profile is a handful of physical constants (``sizing.calibrate``), never a table
     of measured values. ``gpu`` is empty for generation-level profiles (fallback for GPUs with
     no data of their own). ``cv_error`` holds the out-of-sample error per metric
     (``{"ttft_ms": {"median_ape_pct": .., "mean_ape_pct": .., "n": ..}}``) and

@@ -14,8 +14,8 @@ from typing import TextIO
 
 import numpy as np
 
-from planner.sizing.chain import predict_rows
-from planner.sizing.specs import (
+from sizing.chain import predict_rows
+from sizing.specs import (
     Calibration,
     EngineSettings,
     GpuSpec,
@@ -236,10 +236,10 @@ def simulate_row(row: ParsedRow, predicted: dict, calibration_for) -> dict:
     """Closed-loop simulation of one fitting row at its concurrency (blank: max_concurrency
     capped by max_num_seqs): fixed lengths, ``max(10 C, 300)`` requests of which the first
     ``2 C`` are warm-up. Returns the overridden output columns (medians, as predict's)."""
-    from planner.sizing.candidates import CandidateArrays
-    from planner.sizing.chain import default_dp
-    from planner.sizing.simulate import LengthDist, Workload
-    from planner.sizing.simulate import simulate as run
+    from sizing.candidates import CandidateArrays
+    from sizing.chain import default_dp
+    from sizing.simulate import LengthDist, Workload
+    from sizing.simulate import simulate as run
 
     engine = EngineSettings(engine=row.engine)
     dp = int(default_dp(row.num_gpus, row.tp, row.pp))

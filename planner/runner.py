@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict
 
 from planner import snapshot as snap
-from planner.sizing.chain import Plan, PlanRow, plan
+from sizing.chain import Plan, PlanRow, plan
 
 RESULT_FIELDS = (
     "fits",

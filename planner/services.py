@@ -26,15 +26,15 @@ from planner.selectors import (
     latest_price_sheet,
     model_spec,
 )
-from planner.sizing.specs import (
+from pricing.models import ApiTokenPrice, PriceSheet
+from pricing.services import price_sheet_lock
+from sizing.specs import (
     ApiPrice,
     EngineSettings,
     Policy,
     Slo,
     Traffic,
 )
-from pricing.models import ApiTokenPrice, PriceSheet
-from pricing.services import price_sheet_lock
 
 log = logging.getLogger(__name__)
 

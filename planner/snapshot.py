@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, fields
 from typing import Any
 
-from planner.sizing.chain import Candidate
-from planner.sizing.specs import (
+from sizing.chain import Candidate
+from sizing.specs import (
     ApiPrice,
     Calibration,
     EngineSettings,

@@ -23,13 +23,13 @@ import numpy as np
 
 from planner import runner
 from planner import snapshot as snap
-from planner.sizing import breakeven as be
-from planner.sizing import cost, headroom
-from planner.sizing.chain import BreakEvenResult, candidate_arrays
-from planner.sizing.derivation import q, step
-from planner.sizing.memory import fit_memory
-from planner.sizing.operating import closed_loop
-from planner.sizing.simulate import (
+from sizing import breakeven as be
+from sizing import cost, headroom
+from sizing.chain import BreakEvenResult, candidate_arrays
+from sizing.derivation import q, step
+from sizing.memory import fit_memory
+from sizing.operating import closed_loop
+from sizing.simulate import (
     EXACT_BELOW,
     GRID_PER_OCTAVE,
     PREFILL_GRID_PER_OCTAVE,

@@ -62,7 +62,7 @@ def _by_metric(summary: dict) -> dict[str, dict]:
 
 
 def headline(in_sample: dict, by_source: dict, by_family: dict) -> list[str]:
-    from planner.sizing.calibrate import REPORT_METRICS
+    from sizing.calibrate import REPORT_METRICS
 
     lines = [
         "| metric | in sample | out of sample: hold one source out | "
@@ -151,7 +151,7 @@ def main(argv=None) -> str:
     _setup_django()
     from fleets.calibration import catalog_points, profile_records, row_sources, write_fixture
     from fleets.measurements import read_shipped_measurements
-    from planner.sizing import calibrate as cal
+    from sizing import calibrate as cal
 
     started = time.perf_counter()
     rows, _ = read_shipped_measurements()
@@ -195,7 +195,7 @@ def render(points, left_out, unfitted, s_in, s_src, s_fam, s_exp, profiles, by_s
         "experimental points are predicted but not fitted (below).",
         "",
         "Errors are absolute percentage errors, median / mean (%). Each profile fits six "
-        "physical constants by least squares on log ratios (`planner/sizing/calibrate.py`). "
+        "physical constants by least squares on log ratios (`sizing/calibrate.py`). "
         "Out of sample = the point's whole source (or model family) was held out of the fit.",
         "",
         "## Headline",

@@ -224,7 +224,7 @@ class CalibrationProfileViewSet(viewsets.ModelViewSet):
         """Fit a profile for your GPU and engine from a vLLM/guidellm JSON or a measured CSV."""
         from fleets.calibration import fit_upload
         from fleets.uploads import measurements_from_upload
-        from planner.sizing.calibrate import CalibrationRefused
+        from sizing.calibrate import CalibrationRefused
 
         form = s.CalibrationUploadSerializer(data=request.data)
         form.is_valid(raise_exception=True)

@@ -244,3 +244,16 @@ def test_admin_upload_refuses_bad_rows_and_thin_json_saving_nothing(
     response = _upload(client, "run.json", content)
     assert "num_gpus" in response.content.decode()
     assert not UPLOADED().exists()
+
+
+def test_a_signed_in_user_gets_the_shipped_profiles_like_everyone_else(catalog):
+    # given the shipped profiles and a user who has uploaded none
+    from tests.factories import UserFactory
+
+    user = UserFactory()
+    # when selecting for a GPU x engine with and without the owner
+    anonymous = calibration.calibration_for("h100_sxm", "vllm")
+    owned = calibration.calibration_for("h100_sxm", "vllm", owner=user)
+    # then both doors use the same shipped profile (never physics defaults)
+    assert anonymous[1] != "physics defaults"
+    assert owned == anonymous

@@ -166,8 +166,8 @@ def test_run_length_timer_gives_the_parent_timers_numbers(catalog):
     from planner import snapshot as snap
     from planner.selectors import latest_price_sheet
     from planner.services import build_inputs_snapshot
-    from planner.sizing.chain import candidate_arrays
-    from planner.sizing.simulate import StepTimer, Workload, lengths_from_mean_p95, simulate
+    from sizing.chain import candidate_arrays
+    from sizing.simulate import StepTimer, Workload, lengths_from_mean_p95, simulate
 
     inputs = build_inputs_snapshot(make_scenario(**SMALL), latest_price_sheet())
     c = candidate_arrays(snap.candidates(inputs, [0]))

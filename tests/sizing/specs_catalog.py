@@ -1,6 +1,6 @@
 """Specs used by the sizing tests (values from ../shared/reference: models.csv, gpus.csv)."""
 
-from planner.sizing.specs import GpuSpec, ModelSpec
+from sizing.specs import GpuSpec, ModelSpec
 
 LLAMA_70B = ModelSpec(
     name="Llama 3.1 70B",

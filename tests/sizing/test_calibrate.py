@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from specs_catalog import H100, H200, LLAMA_8B, LLAMA_70B
 
-from planner.sizing import calibrate as cal
-from planner.sizing.specs import Calibration
+from sizing import calibrate as cal
+from sizing.specs import Calibration
 
 TRUE = Calibration(
     name="truth",

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from specs_catalog import B200, DEEPSEEK_V3, GPT_OSS_120B, H100, H200, L40S, LLAMA_8B, LLAMA_70B
 
-from planner.sizing.chain import Candidate, Predictions, plan, predict_rows
-from planner.sizing.specs import ApiPrice, Parallelism, Policy, Slo, Traffic
+from sizing.chain import Candidate, Predictions, plan, predict_rows
+from sizing.specs import ApiPrice, Parallelism, Policy, Slo, Traffic
 
 
 def _rows():

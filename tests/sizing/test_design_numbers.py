@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from specs_catalog import DEEPSEEK_V3, H100, LLAMA_70B
 
-from planner.sizing import cost, littles
-from planner.sizing.candidates import CandidateArrays
-from planner.sizing.memory import kv_bytes_per_token, weights_bytes_total
-from planner.sizing.steptime import bandwidth_bound_tokens_per_s, ridge_flop_per_byte
+from sizing import cost, littles
+from sizing.candidates import CandidateArrays
+from sizing.memory import kv_bytes_per_token, weights_bytes_total
+from sizing.steptime import bandwidth_bound_tokens_per_s, ridge_flop_per_byte
 
 
 def test_h100_ridge_is_about_295_flop_per_byte():

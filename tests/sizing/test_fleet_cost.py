@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from planner.sizing import breakeven as be
-from planner.sizing import cost, headroom, littles
-from planner.sizing.specs import ApiPrice, Traffic
+from sizing import breakeven as be
+from sizing import cost, headroom, littles
+from sizing.specs import ApiPrice, Traffic
 
 
 def test_littles_law_pieces():

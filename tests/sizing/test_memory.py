@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from specs_catalog import DEEPSEEK_V3, GPT_OSS_120B, H100, L40S, LLAMA_70B
 
-from planner.sizing.candidates import CandidateArrays
-from planner.sizing.memory import (
+from sizing.candidates import CandidateArrays
+from sizing.memory import (
     R_EP,
     R_TP_DOMAIN,
     R_TP_HEADS,

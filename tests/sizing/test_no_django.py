@@ -8,11 +8,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import importlib, pkgutil, sys
-import planner.sizing as pkg
-names = [m.name for m in pkgutil.iter_modules(pkg.__path__, "planner.sizing.")]
+import sizing as pkg
+names = [m.name for m in pkgutil.iter_modules(pkg.__path__, "sizing.")]
 for name in names:
     importlib.import_module(name)
-assert "planner.sizing.chain" in sys.modules, names
+assert "sizing.chain" in sys.modules, names
 leaked = sorted(m for m in sys.modules if m == "django" or m.startswith("django."))
 assert not leaked, leaked
 print(len(names))
@@ -21,7 +21,7 @@ print(len(names))
 
 def test_every_sizing_module_imports_without_django():
     # given a fresh interpreter with only the repo root on the path
-    # when every planner.sizing module is imported
+    # when every sizing module is imported
     out = subprocess.run(
         [sys.executable, "-c", SCRIPT],
         cwd=ROOT,

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from specs_catalog import H100, LLAMA_8B, LLAMA_70B
 
-from planner.sizing.candidates import CandidateArrays
-from planner.sizing.memory import fit_memory
-from planner.sizing.operating import closed_loop, slo_operating_point
-from planner.sizing.specs import EngineSettings
+from sizing.candidates import CandidateArrays
+from sizing.memory import fit_memory
+from sizing.operating import closed_loop, slo_operating_point
+from sizing.specs import EngineSettings
 
 
 def _cand(n=1, **kw):

@@ -7,12 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from specs_catalog import B200, DEEPSEEK_V3, GPT_OSS_120B, H100, H200, L40S, LLAMA_8B, LLAMA_70B
 
-from planner.sizing import cost, headroom
-from planner.sizing.candidates import CandidateArrays
-from planner.sizing.chain import Candidate, plan
-from planner.sizing.memory import fit_memory, weights_bytes_per_gpu
-from planner.sizing.specs import Parallelism, Policy, Slo, Traffic
-from planner.sizing.steptime import decode_step
+from sizing import cost, headroom
+from sizing.candidates import CandidateArrays
+from sizing.chain import Candidate, plan
+from sizing.memory import fit_memory, weights_bytes_per_gpu
+from sizing.specs import Parallelism, Policy, Slo, Traffic
+from sizing.steptime import decode_step
 
 MODELS = [LLAMA_8B, LLAMA_70B, DEEPSEEK_V3, GPT_OSS_120B]
 GPUS = [H100, H200, B200, L40S]

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from specs_catalog import B200, GPT_OSS_120B, H100, LLAMA_8B, LLAMA_70B
 
-from planner.sizing.candidates import CandidateArrays
-from planner.sizing.memory import fit_memory
-from planner.sizing.operating import closed_loop
-from planner.sizing.simulate import (
+from sizing.candidates import CandidateArrays
+from sizing.memory import fit_memory
+from sizing.operating import closed_loop
+from sizing.simulate import (
     LengthDist,
     SimEngine,
     StepTimer,
@@ -20,7 +20,7 @@ from planner.sizing.simulate import (
     rate_sweep,
     simulate,
 )
-from planner.sizing.steptime import decode_step, prefill_time
+from sizing.steptime import decode_step, prefill_time
 
 
 def _8b():
@@ -109,7 +109,7 @@ def test_a_20k_prompt_stalls_60_streams_by_its_prefill_without_chunking_and_one_
 
 
 def _budget(tokens):
-    from planner.sizing.specs import EngineSettings
+    from sizing.specs import EngineSettings
 
     return EngineSettings(max_num_batched_tokens=tokens)
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from specs_catalog import B200, DEEPSEEK_V3, H100, L40S, LLAMA_70B
 
-from planner.sizing.candidates import CandidateArrays
-from planner.sizing.precision import compute_precision, peak_flops
-from planner.sizing.specs import Calibration
-from planner.sizing.steptime import (
+from sizing.candidates import CandidateArrays
+from sizing.precision import compute_precision, peak_flops
+from sizing.specs import Calibration
+from sizing.steptime import (
     decode_step,
     expected_distinct_experts,
     prefill_time,

@@ -2,7 +2,7 @@
 
 Fits one calibration profile per GPU x engine family (x weight precision where the data hold
 enough points of it), plus generation-level fallbacks, by least squares of the model's
-efficiency constants (``planner.sizing.calibrate``). Each profile's error band comes from
+efficiency constants (``sizing.calibrate``). Each profile's error band comes from
 cross-validation (hold one model family out, or five folds for a single-family file). The
 save is atomic: every profile of this source is replaced, or none is.
 """
@@ -29,7 +29,7 @@ from fleets.measurements import (
     read_measurements,
     read_shipped_measurements,
 )
-from planner.sizing.calibrate import calibrate_with_cv
+from sizing.calibrate import calibrate_with_cv
 
 
 def read_rows(data: str | None, shipped: bool):

@@ -17,11 +17,11 @@ import numpy as np
 from django.core.management.base import BaseCommand, CommandParser
 
 from planner.predict_io import ENGINES
-from planner.sizing.candidates import CandidateArrays
-from planner.sizing.chain import default_dp
-from planner.sizing.memory import fit_memory
-from planner.sizing.simulate import Workload, lengths_from_mean_p95, simulate
-from planner.sizing.specs import EngineSettings, canonical_precision
+from sizing.candidates import CandidateArrays
+from sizing.chain import default_dp
+from sizing.memory import fit_memory
+from sizing.simulate import Workload, lengths_from_mean_p95, simulate
+from sizing.specs import EngineSettings, canonical_precision
 
 
 class UsageError(Exception):

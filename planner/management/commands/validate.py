@@ -15,8 +15,8 @@ from django.core.management.base import BaseCommand
 
 from fleets.calibration import catalog_points, profile_selector
 from planner.management.commands.calibrate import read_rows
-from planner.sizing.calibrate import Evaluation, _Columns, error_summary
-from planner.sizing.specs import Calibration
+from sizing.calibrate import Evaluation, _Columns, error_summary
+from sizing.specs import Calibration
 
 
 def evaluate_rows(rows, *, physics: bool = False, include_unfitted: bool = True):

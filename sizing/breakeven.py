@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.sizing.cost import HOURS_PER_MONTH
-from planner.sizing.specs import ApiPrice, Traffic
+from sizing.cost import HOURS_PER_MONTH
+from sizing.specs import ApiPrice, Traffic
 
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600.0
 

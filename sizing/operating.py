@@ -34,9 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.sizing.candidates import CandidateArrays
-from planner.sizing.memory import R_WEIGHTS, MemoryFit
-from planner.sizing.steptime import StepTime, decode_step
+from sizing.candidates import CandidateArrays
+from sizing.memory import R_WEIGHTS, MemoryFit
+from sizing.steptime import StepTime, decode_step
 
 MIN_CHUNK_TOKENS = 64.0  # the engine always leaves some budget for prompts
 MAX_PREFILL_RHO = 0.95

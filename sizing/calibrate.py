@@ -5,10 +5,10 @@ Pure numpy/scipy (no Django). The Django side (``fleets.calibration``, the ``cal
 
 What is fitted
 --------------
-A profile is a handful of physical constants of :class:`~planner.sizing.specs.Calibration`
+A profile is a handful of physical constants of :class:`~sizing.specs.Calibration`
 (``FITTED_CONSTANTS``), never a table of measured values: every prediction still runs the
 whole chain (memory fit -> step time -> closed-loop operating point) through
-:func:`planner.sizing.chain.predict_rows`. Which term each constant drives (steptime.py):
+:func:`sizing.chain.predict_rows`. Which term each constant drives (steptime.py):
 
 - ``eta_mem``: decode step memory time ``bytes / (BW * eta_mem)`` -> TPOT, throughput;
 - ``eta_flop_decode``: compute time of decode tokens (large batches, MoE) -> TPOT;
@@ -51,8 +51,8 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from planner.sizing.chain import predict_rows
-from planner.sizing.specs import Calibration, EngineSettings, GpuSpec, ModelSpec
+from sizing.chain import predict_rows
+from sizing.specs import Calibration, EngineSettings, GpuSpec, ModelSpec
 
 FITTED_CONSTANTS = (
     "eta_mem",

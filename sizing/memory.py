@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.sizing.candidates import CandidateArrays
+from sizing.candidates import CandidateArrays
 
 GB = 1e9
 

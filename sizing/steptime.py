@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.sizing.candidates import CandidateArrays
-from planner.sizing.memory import kv_bytes_per_sequence_per_gpu, nonexpert_weight_bytes
+from sizing.candidates import CandidateArrays
+from sizing.memory import kv_bytes_per_sequence_per_gpu, nonexpert_weight_bytes
 
 ACTIVATION_BYTES = 2.0  # bf16 activations on the wire
 

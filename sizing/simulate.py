@@ -40,13 +40,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from planner.sizing.candidates import CandidateArrays
-from planner.sizing.memory import (
+from sizing.candidates import CandidateArrays
+from sizing.memory import (
     allocated_context,
     fit_memory,
     kv_bytes_per_sequence_per_gpu,
 )
-from planner.sizing.steptime import decode_step
+from sizing.steptime import decode_step
 
 Z95 = 1.6448536269514722  # standard normal 95th percentile
 GRID_PER_OCTAVE = 64  # step-time memo resolution of the decode context: 2^(k/64), +-0.55 %
@@ -815,7 +815,7 @@ def max_rate_for_slo(
     with common random numbers (one seed) so ``meets(rate)`` is monotone in practice; stops
     when ``high / low < 1 + rel_tol``. One StepTimer is shared by every run.
     """
-    from planner.sizing.operating import closed_loop
+    from sizing.operating import closed_loop
 
     eng = engine_for(c, isl.mean, osl.mean)
     timer = StepTimer(c, eng.max_num_seqs)

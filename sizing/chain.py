@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from planner.sizing import breakeven as be
-from planner.sizing import cost, headroom, littles
-from planner.sizing.candidates import CandidateArrays
-from planner.sizing.derivation import Step, q, step
-from planner.sizing.memory import (
+from sizing import breakeven as be
+from sizing import cost, headroom, littles
+from sizing.candidates import CandidateArrays
+from sizing.derivation import Step, q, step
+from sizing.memory import (
     GB,
     MemoryFit,
     expert_shards,
@@ -34,13 +34,13 @@ from planner.sizing.memory import (
     nonexpert_weight_bytes,
     routed_expert_params,
 )
-from planner.sizing.operating import (
+from sizing.operating import (
     BINDING_NAMES,
     OperatingPoint,
     closed_loop,
     slo_operating_point,
 )
-from planner.sizing.specs import (
+from sizing.specs import (
     ApiPrice,
     Calibration,
     EngineSettings,

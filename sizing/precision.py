@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from planner.sizing.specs import (
+from sizing.specs import (
     BYTES_PER_ELEMENT,
     WEIGHT_SCALE_OVERHEAD,
     GpuSpec,

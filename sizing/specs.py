@@ -187,7 +187,7 @@ class Calibration:
     allreduce_latency_s : per all-reduce latency on the scale-up link.
     link_efficiency : achieved fraction of the link's one-way bandwidth.
     relative_error : +- band (fraction) on throughput and TPOT: the profile's cross-validated
-        median absolute percentage error (``planner.sizing.calibrate``); 0.25 unfitted.
+        median absolute percentage error (``sizing.calibrate``); 0.25 unfitted.
     ttft_relative_error : the same for TTFT, which the model predicts worst (0.5 unfitted).
 
     ``name`` labels the profile a prediction used (e.g. "h200_sxm / vllm").

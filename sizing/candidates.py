@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.sizing.precision import (
+from sizing.precision import (
     PRECISIONS,
     compute_precision,
     default_kv_precision,
@@ -23,7 +23,7 @@ from planner.sizing.precision import (
     peak_flops,
     weight_bytes_per_param,
 )
-from planner.sizing.specs import (
+from sizing.specs import (
     Calibration,
     EngineSettings,
     GpuSpec,
