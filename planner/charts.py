@@ -13,6 +13,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from sizing import breakeven as be
+from sizing import headroom
+
 PALETTE = [
     "#0b5cad",
     "#d4561d",
@@ -273,10 +278,15 @@ def breakeven_inputs(derivation: dict) -> dict | None:
 
 
 def selfhost_usd_per_month(volume: float, params: dict) -> float:
-    """(max(ceil(V / v_r), 1) + s) * K: a floor of one serving replica plus the fixed ones."""
-    v_r = params["tokens_per_month_per_replica"]
-    serving = max(math.ceil(volume / v_r - 1e-9), 1)
-    return (serving + params["fixed_replicas"]) * params["usd_per_replica_month"]
+    """The core's step function (``sizing.breakeven.selfhost_usd_per_month``) at one volume."""
+    return float(
+        be.selfhost_usd_per_month(
+            volume,
+            params["tokens_per_month_per_replica"],
+            params["usd_per_replica_month"],
+            params["fixed_replicas"],
+        )
+    )
 
 
 def breakeven(params: dict, label: str, max_points: int = 400) -> dict:
@@ -397,13 +407,16 @@ def daily_profile(
     x = requests_per_s_per_replica
     if len(hourly_rps) != 24 or not _finite(x) or x <= 0:
         return None
-    needed, util_auto, util_fixed = [], [], []
-    for rps in hourly_rps:
-        serving = max(math.ceil(rps * burst_factor / (x * target_utilization) - 1e-9), 1)
-        total = serving + fixed_replicas
-        needed.append(total)
-        util_auto.append(100 * rps / (total * x))
-        util_fixed.append(100 * rps / (fleet_replicas * x) if fleet_replicas else None)
+    # the chain's own headroom stage, hour by hour (one formula: sizing.headroom)
+    rps = np.asarray(hourly_rps, dtype=np.float64)
+    serving = np.maximum(headroom.serving_replicas(rps, x, target_utilization, burst_factor), 1)
+    total = headroom.total_replicas(serving, fixed_replicas)
+    needed = [int(v) for v in total]
+    util_auto = [100 * float(u) for u in headroom.utilization(rps, total, x)]
+    util_fixed = [
+        100 * float(u) if fleet_replicas else None
+        for u in headroom.utilization(rps, fleet_replicas, x)
+    ]
     hours = list(range(24))
     data = [
         {

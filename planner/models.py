@@ -201,6 +201,19 @@ class CandidateResult(models.Model):
     headroom = models.FloatField(null=True, help_text="1 - mean utilization of the fleet.")
     binding_constraint = models.CharField(max_length=12, choices=Binding.choices, blank=True)
     meets_slo = models.BooleanField(default=False)
+    latency_source = models.CharField(
+        max_length=10,
+        default="analytic",
+        help_text="simulated (discrete-event simulation) or analytic (closed-form model).",
+    )
+    latency_statistic = models.CharField(
+        max_length=8, default="mean", help_text="What ttft_ms / tpot_ms are: p95, p99, ... or mean."
+    )
+    profile = models.CharField(max_length=200, blank=True, help_text="Calibration profile used.")
+    evaluated = models.BooleanField(
+        default=True,
+        help_text="False: pruned, its optimistic bound could not beat a simulated option.",
+    )
     recommended = models.BooleanField(default=False)
     rank = models.PositiveIntegerField(null=True)
     derivation = models.JSONField(default=dict)
@@ -232,3 +245,15 @@ class ShareLink(models.Model):
 
     def __str__(self) -> str:
         return f"share link {self.id} for {self.scenario}"
+
+
+class SimulationCache(models.Model):
+    """A finished tail search, keyed by the SHA-256 of everything it depends on
+    (``planner.tails.cache_key``): the same inputs never simulate twice."""
+
+    key = models.CharField(max_length=64, unique=True)
+    result = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.key[:12]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 
 from fleets.models import GpuSku, ModelArchitecture
-from planner import runner, scenario_io, tails
+from planner import pipeline, runner, scenario_io
+from planner.cache import DatabaseCache
 from planner.models import Scenario
 from planner.selectors import latest_price_sheet
 from planner.services import build_inputs_snapshot, clean_scenario_data
@@ -17,11 +18,12 @@ class PlanInputError(ValueError):
         self.errors = errors
 
 
-def plan_document(document, simulate_tails: bool = False) -> dict:
+def plan_document(document, simulate_tails: bool = True) -> dict:
     """Validate a nested scenario document, size every candidate, return the ranked result.
 
-    ``simulate_tails`` re-sizes the leading candidates on simulated p50/p95/p99 as a run does
-    (``planner.tails``; ~1-3 s per simulated candidate, up to 12), then re-ranks.
+    The same pipeline as a run (``planner.pipeline``): analytic sizing of every candidate,
+    then, unless ``simulate_tails`` is False (``--no-tails``) or tails are switched off
+    (``SIZING_SIMULATE_TAILS``), bound-and-prune rounds of simulations, then ranking.
     """
     try:
         flat = scenario_io.flatten(document)
@@ -37,44 +39,32 @@ def plan_document(document, simulate_tails: bool = False) -> dict:
     inputs = build_inputs_snapshot(scenario, sheet, models, gpus)
     if not inputs["candidates"]:
         raise PlanInputError({"candidates": ["no valid candidate (model x GPU x TP) to size"]})
+    return plan_inputs(inputs, tails_on=simulate_tails and inputs.get("simulate_tails", True))
+
+
+def plan_inputs(inputs: dict, tails_on: bool, cache=None) -> dict:
+    """Size an inputs snapshot in-process, exactly as a run does (``pipeline``)."""
+    cache = DatabaseCache() if cache is None else cache
     rows = runner.size_candidates(inputs, range(len(inputs["candidates"])))
-    if simulate_tails and inputs.get("simulate_tails", True):
-        apply_tails(inputs, rows)
-    order, best_keys = runner.rank_and_pick(rows)
+    index = {c["key"]: i for i, c in enumerate(inputs["candidates"])}
     by_key = {row["candidate_key"]: row for row in rows}
-    rows = [by_key[key] for key in order]
-    for rank, row in enumerate(rows, start=1):
-        row["rank"] = rank
-        row["recommended"] = best_keys.get(row["gpu_slug"]) == row["candidate_key"]
-    per_gpu = []
-    for slug, name in inputs["gpu_names"].items():
-        best = by_key.get(best_keys.get(slug, ""))
-        why = "" if best else runner.why_none(rows, slug)
-        entry = {"gpu": slug, "gpu_name": name, "recommended": best, "why_none": why}
-        if best:
-            entry |= tails.latency_summary(
-                best.get("ttft_ms_p95"), best.get("tpot_ms_p95"), best["derivation"]
-            )
-        per_gpu.append(entry)
+
+    def run_round(keys: list[str]) -> None:
+        for key in keys:
+            by_key[key].update(pipeline.simulate_or_reason(inputs, index[key], by_key[key], cache))
+
+    if tails_on:
+        pipeline.search_rounds(inputs, rows, run_round)
+    ranked, best = pipeline.finish(rows, tails_on)
+    summary = pipeline.summarize(inputs, ranked, best, tails_on)
+    per_gpu = [
+        {**entry, "row": by_key.get(entry["recommended"] or "")} for entry in summary["per_gpu"]
+    ]
     return {
         "scenario": inputs["scenario"]["name"],
         "price_sheet": inputs["price_sheet"],
         "gpus_without_price": inputs["gpus_without_price"],
+        "summary": {k: v for k, v in summary.items() if k != "per_gpu"},
         "per_gpu": per_gpu,
-        "rows": rows,
+        "rows": ranked,
     }
-
-
-def apply_tails(inputs: dict, rows: list[dict]) -> int:
-    """Update the picked rows in place with their simulated sizing (as a run's aggregate
-    does); every row gains the percentile keys (None when not simulated)."""
-    for row in rows:
-        for name in ("ttft", "tpot"):
-            for p in (50, 95, 99):
-                row.setdefault(f"{name}_ms_p{p}", None)
-    index = {c["key"]: i for i, c in enumerate(inputs["candidates"])}
-    by_key = {row["candidate_key"]: row for row in rows}
-    picked = tails.pick_for_simulation(rows)
-    for key in picked:
-        by_key[key].update(tails.simulate_tails_or_reason(inputs, index[key], by_key[key]))
-    return len(picked)

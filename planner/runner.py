@@ -9,8 +9,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 
+import numpy as np
+
 from planner import snapshot as snap
 from sizing.chain import Plan, PlanRow, plan
+from sizing.fleet import band_json, size_fleet
 
 RESULT_FIELDS = (
     "fits",
@@ -56,9 +59,21 @@ def _breakeven(row: PlanRow) -> dict | None:
     return clean_json(asdict(row.breakeven))
 
 
-def result_values(row: PlanRow, candidate: dict, gpu_name: str) -> dict:
-    """A CandidateResult's field values from one core PlanRow."""
-    return {
+def _percentiles(row: PlanRow) -> dict:
+    """``ttft_ms_p50`` ... ``tpot_ms_p99`` columns from the row's latency table."""
+    out = {}
+    for name in ("ttft", "tpot"):
+        table = row.latency_ms.get(name, {})
+        for p in (50, 95, 99):
+            out[f"{name}_ms_p{p}"] = finite(table.get(f"p{p}"))
+    return out
+
+
+def row_values(row: PlanRow, inputs: dict, candidate_index: int) -> dict:
+    """A CandidateResult's field values from one core PlanRow (any latency source)."""
+    candidate = inputs["candidates"][candidate_index]
+    gpu_name = inputs.get("gpu_names", {}).get(candidate["gpu"], candidate["gpu"])
+    values = {
         "candidate_key": candidate["key"],
         "model_name": row.model,
         "gpu_slug": candidate["gpu"],
@@ -74,6 +89,7 @@ def result_values(row: PlanRow, candidate: dict, gpu_name: str) -> dict:
         "batch": int(row.batch) if row.fits and math.isfinite(row.batch) else 0,
         "ttft_ms": finite(row.ttft_ms),
         "tpot_ms": finite(row.tpot_ms),
+        **_percentiles(row),
         "throughput_tok_s": finite(row.output_tok_s_per_replica),
         "replicas": int(row.replicas),
         "gpus": int(row.gpus),
@@ -81,9 +97,13 @@ def result_values(row: PlanRow, candidate: dict, gpu_name: str) -> dict:
         "usd_per_month": finite(row.usd_per_month),
         "usd_per_mtok": finite(row.usd_per_mtok),
         "tokens_per_usd": finite(row.tokens_per_usd),
-        "headroom": finite(1 - row.utilization) if row.fits else None,
+        "headroom": finite(1 - row.utilization) if row.fits and row.replicas else None,
         "binding_constraint": row.binding or "",
         "meets_slo": bool(row.meets_slo),
+        "latency_source": row.latency_source,
+        "latency_statistic": row.latency_statistic,
+        "profile": row.profile,
+        "evaluated": True,
         "derivation": {
             "steps": clean_json([step.as_dict() for step in row.derivation]),
             "weights_gb_per_gpu": finite(row.weights_gb_per_gpu),
@@ -95,87 +115,76 @@ def result_values(row: PlanRow, candidate: dict, gpu_name: str) -> dict:
             "utilization": finite(row.utilization),
             "usd_per_mtok_total": finite(row.usd_per_mtok_total),
             "requests_per_s_per_replica": finite(row.requests_per_s_per_replica),
+            "mean_value": {
+                "requests_per_s_per_replica": finite(row.mean_value_rps),
+                "ttft_ms": finite(row.mean_value_ttft_ms),
+                "tpot_ms": finite(row.mean_value_tpot_ms),
+            },
+            "latency_ms": clean_json(row.latency_ms),
+            "band": clean_json(band_json(row.band)) if row.band else None,
             "breakeven": _breakeven(row),
         },
     }
+    if inputs["gpus"][candidate["gpu"]].get("usd_per_gpu_hour", 0) <= 0:
+        _without_price(values, gpu_name, inputs)
+    return values
 
 
 def size_candidates(inputs: dict, indices) -> list[dict]:
-    """Run the core chain on ``inputs["candidates"][indices]``; return result field values."""
+    """Run the core chain (analytic tails) on ``inputs["candidates"][indices]``; return
+    result field values, each with the optimistic bound that pruning uses."""
     indices = list(indices)
     candidates = snap.candidates(inputs, indices)
-    result: Plan = plan(
-        snap.traffic(inputs),
-        snap.slo(inputs),
-        snap.policy(inputs),
-        candidates,
-        snap.api_price(inputs),
-    )
+    traffic, slo, policy = snap.traffic(inputs), snap.slo(inputs), snap.policy(inputs)
+    result: Plan = plan(traffic, slo, policy, candidates, snap.api_price(inputs))
     by_label = {row.label: row for row in result.rows}
+    rows = [by_label[candidate.label] for candidate in candidates]
+    bounds = optimistic_bounds(rows, [k.gpu.usd_per_gpu_hour for k in candidates], traffic, policy)
     out = []
-    for i in indices:
-        candidate = inputs["candidates"][i]
-        gpu_name = inputs.get("gpu_names", {}).get(candidate["gpu"], candidate["gpu"])
-        values = result_values(by_label[candidate["key"]], candidate, gpu_name)
-        calibration = inputs.get("calibrations", {}).get(candidate["gpu"], {})
-        add_error_band(values, by_label[candidate["key"]], calibration)
-        if inputs["gpus"][candidate["gpu"]].get("usd_per_gpu_hour", 0) <= 0:
-            _without_price(values, gpu_name, inputs)
+    for i, row, bound in zip(indices, rows, bounds, strict=True):
+        values = row_values(row, inputs, i)
+        values["derivation"]["bound"] = bound
         out.append(values)
     return out
 
 
-def add_error_band(values: dict, row: PlanRow, calibration: dict) -> None:
-    """Carry the calibration profile's cross-validated error through the chain.
+#: The simulated capacity per replica has stayed under this multiple of the larger of the
+#: analytic and mean-value rates on every point of the agreement grid (docs/tail-agreement.md
+#: reports the largest ratio seen), so a fleet sized at it is a lower bound on cost.
+BOUND_MARGIN = 1.5
 
-    With relative error e on throughput and TPOT (e_ttft on TTFT), the capacity per replica
-    lies in [X(1-e), X(1+e)], so serving replicas lie in
-    [ceil(S / (1+e)), ceil(S / (1-e))] and the fleet's cost scales with them (spares fixed).
-    """
-    if not row.fits or not values["replicas"]:
-        return
-    e = min(max(float(calibration.get("relative_error", 0.25)), 0.0), 0.9)
-    e_ttft = min(max(float(calibration.get("ttft_relative_error", 0.5)), 0.0), 0.9)
-    serving = max(int(row.serving_replicas), 1)
-    spares = max(int(row.replicas) - serving, 0)
-    low = math.ceil(serving / (1 + e) - 1e-9) + spares
-    high = math.ceil(serving / (1 - e) - 1e-9) + spares
-    per_replica = row.gpus_per_replica
-    usd_per_replica_month = (values["usd_per_month"] or 0.0) / max(int(row.replicas), 1)
 
-    def pair(x, rel):
-        return [finite(x * (1 - rel)), finite(x * (1 + rel))] if finite(x) is not None else None
-
-    band = {
-        "profile": calibration.get("name", "physics defaults"),
-        "relative_error": e,
-        "ttft_relative_error": e_ttft,
-        "throughput_tok_s": pair(row.output_tok_s_per_replica, e),
-        "tpot_ms": pair(row.tpot_ms, e),
-        "ttft_ms": pair(row.ttft_ms, e_ttft),
-        "replicas": [low, high],
-        "gpus": [low * per_replica, high * per_replica],
-        "usd_per_month": [
-            finite(low * usd_per_replica_month),
-            finite(high * usd_per_replica_month),
-        ],
-    }
-    values["derivation"]["band"] = band
-    values["derivation"]["steps"].append(
-        {
-            "name": "error_band",
-            "formula": "replicas in [ceil(S/(1+e)), ceil(S/(1-e))] + spares; cost scales with them",
-            "inputs": [
-                {"name": "serving_replicas S", "value": float(serving), "unit": "replicas"},
-                {"name": "relative_error e", "value": e, "unit": "fraction"},
-                {"name": "spares", "value": float(spares), "unit": "replicas"},
-                {"name": "calibration profile", "value": band["profile"], "unit": ""},
-            ],
-            "value": f"{low}-{high}",
-            "unit": "replicas",
-            "note": "e is the profile's cross-validated median error on held-out measurements",
-        }
+def optimistic_bounds(rows: list[PlanRow], prices, traffic, policy) -> list[dict | None]:
+    """Per row, the fleet at ``BOUND_MARGIN x max(analytic, mean-value)`` capacity: no
+    simulation of that row can size fewer replicas, so when its cost is above a simulated
+    option's, simulating it cannot change the recommendation (bound-and-prune). None for rows
+    that cannot serve (misfits, and rows that miss the SLO in both closed forms)."""
+    x = np.array(
+        [
+            max(r.requests_per_s_per_replica, r.mean_value_rps if r.fits else 0.0)
+            * BOUND_MARGIN
+            * (r.fits and (r.meets_slo or r.mean_value_rps > 0))
+            for r in rows
+        ]
     )
+    gpi = np.array([r.gpus_per_replica for r in rows], dtype=np.float64)
+    price = np.asarray(prices, dtype=np.float64)
+    fleet = size_fleet(x, 0.0, traffic, policy, gpi, np.nan_to_num(price), x > 0)
+    out = []
+    for i in range(len(rows)):
+        if not x[i] > 0 or not math.isfinite(fleet.replicas[i]):
+            out.append(None)
+            continue
+        out.append(
+            {
+                "capacity_rps": float(x[i]),
+                "margin": BOUND_MARGIN,
+                "replicas": int(fleet.replicas[i]),
+                "gpus": int(fleet.gpus[i]),
+                "usd_per_month": finite(fleet.usd_per_month[i]) if price[i] > 0 else None,
+            }
+        )
+    return out
 
 
 def _without_price(values: dict, gpu_name: str, inputs: dict) -> None:
@@ -183,7 +192,7 @@ def _without_price(values: dict, gpu_name: str, inputs: dict) -> None:
     for key in ("usd_per_hour", "usd_per_month", "usd_per_mtok", "tokens_per_usd"):
         values[key] = None
     values["derivation"]["breakeven"] = None
-    if "band" in values["derivation"]:
+    if values["derivation"].get("band"):
         values["derivation"]["band"]["usd_per_month"] = None
     sheet = inputs.get("price_sheet") or {}
     values["derivation"]["price_note"] = (
@@ -193,19 +202,29 @@ def _without_price(values: dict, gpu_name: str, inputs: dict) -> None:
 
 
 def rank_key(values: dict) -> tuple:
-    """SLO-meeting first, then cheapest per month, then cheapest per token; misfits last."""
+    """SLO-meeting first, then cheapest per month, then fewest GPUs (what decides between
+    unpriced options), then cheapest per token; misfits last."""
     inf = float("inf")
     return (
         not values["meets_slo"],
         not values["fits"],
         values["usd_per_month"] if values["usd_per_month"] is not None else inf,
+        values["gpus"] or inf,
         values["usd_per_mtok"] if values["usd_per_mtok"] is not None else inf,
         values["candidate_key"],
     )
 
 
 #: The fields ranking and the per-GPU recommendation read.
-RANK_FIELDS = ("candidate_key", "gpu_slug", "meets_slo", "fits", "usd_per_month", "usd_per_mtok")
+RANK_FIELDS = (
+    "candidate_key",
+    "gpu_slug",
+    "meets_slo",
+    "fits",
+    "usd_per_month",
+    "gpus",
+    "usd_per_mtok",
+)
 
 
 def rank_and_pick(views: list[dict]) -> tuple[list[str], dict[str, str]]:

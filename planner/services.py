@@ -360,8 +360,10 @@ def build_inputs_snapshot(
 
 
 def _calibrations(scenario: Scenario, gpus) -> dict:
-    """Per GPU: the best calibration profile for the scenario's engine (fallback chain in
-    fleets.calibration: GPU x engine -> GPU other engine -> generation -> physics defaults)."""
+    """Per GPU and per GPU x precision: the calibration profile every door uses (one
+    selection, ``fleets.calibration.profile_selector``: the owner's own profile, then the
+    shipped ones in their fallback order, then physics defaults). Keys ``slug`` and
+    ``slug|precision``; each names its profile."""
     from fleets.calibration import profile_selector
 
     select = profile_selector(owner=scenario.owner if scenario.owner_id else None)
@@ -369,6 +371,9 @@ def _calibrations(scenario: Scenario, gpus) -> dict:
     for gpu in gpus:
         calibration, label = select(gpu.slug, scenario.engine, "")
         out[gpu.slug] = snap.to_json(calibration) | {"name": label}
+        for precision in scenario.precisions or []:
+            calibration, label = select(gpu.slug, scenario.engine, precision)
+            out[f"{gpu.slug}|{precision}"] = snap.to_json(calibration) | {"name": label}
     return out
 
 

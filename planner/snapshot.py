@@ -75,7 +75,9 @@ def candidates(snapshot: dict, indices: range | list[int] | None = None) -> list
                 kv_precision=row.get("kv_precision") or None,
                 parallelism=Parallelism(tp=row["tp"], pp=row["pp"], ep=row["ep"]),
                 engine=engine,
-                calibration=calibrations.get(row["gpu"], Calibration()),
+                calibration=calibrations.get(
+                    f"{row['gpu']}|{row['precision']}", calibrations.get(row["gpu"], Calibration())
+                ),
                 label=row["key"],
             )
         )

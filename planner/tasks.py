@@ -23,7 +23,8 @@ from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from planner import runner, tails
+from planner import pipeline, runner
+from planner.cache import DatabaseCache
 from planner.models import CandidateResult, SizingRun
 
 log = logging.getLogger(__name__)
@@ -130,8 +131,9 @@ def _save_batch(run_id: int, batch_index: int, values: list[dict]) -> None:
 
 @shared_task(**TASK_OPTIONS)
 def aggregate_run(run_id: int) -> None:
-    """Simulate the tails of the leading candidates, rank every result, mark the cheapest
-    SLO-meeting option per GPU, finish the run."""
+    """After the batches: one round of tail simulations (a chord of ``simulate_candidate``
+    over the workers, then this task again), or, when nothing is left to simulate, rank and
+    finish the run. The rounds are ``planner.pipeline``'s, as ``manage.py plan`` runs them."""
     with transaction.atomic():
         run = SizingRun.objects.select_for_update().filter(pk=run_id).first()
         if run is None or run.is_finished:
@@ -140,9 +142,89 @@ def aggregate_run(run_id: int) -> None:
             if run.enqueue_count < MAX_ENQUEUES:
                 transaction.on_commit(lambda: enqueue_run(run_id))
             return
-    # Outside the row lock: the simulations take seconds and report progress meanwhile. A
-    # duplicate aggregate doing the same work writes the same (seeded) numbers.
-    simulate_tails_phase(run)
+    keys = pipeline.next_to_simulate(_selection_rows(run)) if _tails_on(run) else []
+    if keys:
+        SizingRun.objects.filter(pk=run_id).update(heartbeat_at=timezone.now())
+        chord(simulate_candidate.s(run_id, key) for key in keys)(aggregate_run.si(run_id))
+        return
+    finish_run(run_id)
+
+
+def _tails_on(run: SizingRun) -> bool:
+    return bool(run.inputs.get("simulate_tails", False))
+
+
+SELECTION_FIELDS = (
+    "candidate_key",
+    "gpu_slug",
+    "fits",
+    "meets_slo",
+    "usd_per_month",
+    "gpus",
+    "latency_source",
+)
+
+
+def _selection_rows(run: SizingRun) -> list[dict]:
+    """What the round selection reads, without loading every derivation."""
+    rows = run.results.values(
+        *SELECTION_FIELDS, "derivation__bound", "derivation__simulation_error"
+    )
+    return [
+        {
+            **{f: r[f] for f in SELECTION_FIELDS},
+            "derivation": {
+                "bound": r["derivation__bound"],
+                "simulation_error": r["derivation__simulation_error"],
+            },
+        }
+        for r in rows
+    ]
+
+
+@shared_task(ignore_result=False, **TASK_OPTIONS)
+def simulate_candidate(run_id: int, candidate_key: str) -> int:
+    """Re-size one candidate on simulated tails and save it (idempotent: a row already
+    simulated, or whose simulation failed, is left alone). Returns 1 when it simulated."""
+    run = SizingRun.objects.filter(pk=run_id).only("status", "inputs").first()
+    if run is None or run.is_finished:
+        return 0
+    row = CandidateResult.objects.filter(run_id=run_id, candidate_key=candidate_key).first()
+    if row is None or row.latency_source == "simulated" or row.derivation.get("simulation_error"):
+        return 0
+    index = next(i for i, c in enumerate(run.inputs["candidates"]) if c["key"] == candidate_key)
+    current = {f.name: getattr(row, f.name) for f in CandidateResult._meta.concrete_fields}
+    values = pipeline.simulate_or_reason(run.inputs, index, current, DatabaseCache())
+    fields = [k for k in values if k in RESULT_COLUMNS and values[k] != current.get(k)]
+    for field in fields:
+        setattr(row, field, values[field])
+    row.save(update_fields=fields or ["derivation"])
+    SizingRun.objects.filter(pk=run_id).update(
+        progress=Greatest(F("progress") + 1, BATCHES_PROGRESS), heartbeat_at=timezone.now()
+    )
+    SizingRun.objects.filter(pk=run_id, progress__gt=TAILS_PROGRESS).update(progress=TAILS_PROGRESS)
+    return 1
+
+
+RESULT_COLUMNS = {
+    f.name for f in CandidateResult._meta.concrete_fields if f.name not in {"id", "run"}
+}
+FINISH_FIELDS = [
+    "rank",
+    "recommended",
+    "evaluated",
+    "meets_slo",
+    "replicas",
+    "gpus",
+    "reason",
+    "binding_constraint",
+    "latency_source",
+    *pipeline.VALUE_FIELDS,
+]
+
+
+def finish_run(run_id: int) -> None:
+    """Mark unevaluated rows, rank, recommend per GPU, summarize; the run succeeds."""
     with transaction.atomic():
         run = SizingRun.objects.select_for_update().filter(pk=run_id).first()
         if run is None or run.is_finished:
@@ -167,127 +249,26 @@ def _missing_batches(run: SizingRun) -> set[int]:
     return set(range(run.batch_count)) - set(run.batches_done)
 
 
-#: What ``tails.pick_for_simulation`` ranks on, read from a saved row.
-def simulate_tails_phase(run: SizingRun) -> int:
-    """Re-size the leading candidates on simulated p50/p95/p99 (``planner.tails``); returns
-    how many rows were updated. Off when the snapshot says so (runs saved before the flag
-    existed stay mean-value, so they recompute as they were). Rows already simulated are
-    skipped and the choice is made on mean-value numbers, so a second aggregate changes
-    nothing; a failed simulation leaves its reason in the row, never fails the run."""
-    if not run.inputs.get("simulate_tails", False):
-        return 0
-    results = {r.candidate_key: r for r in run.results.all()}
-    views = [
-        {f: getattr(r, f) for f in runner.RANK_FIELDS} | {"derivation": r.derivation}
-        for r in results.values()
-    ]
-    picked = tails.pick_for_simulation(views)
-    keys = [k for k in picked if not tails.is_simulated({"derivation": results[k].derivation})]
-    index = {c["key"]: i for i, c in enumerate(run.inputs["candidates"])}
-    for done, key in enumerate(keys, start=1):
-        _simulate_row(run, results[key], index[key])
-        progress = BATCHES_PROGRESS + (TAILS_PROGRESS - BATCHES_PROGRESS) * done // len(keys)
-        SizingRun.objects.filter(pk=run.pk).update(
-            progress=Greatest(F("progress"), progress), heartbeat_at=timezone.now()
-        )
-    return len(keys) + _second_chance(run, results, views, index)
-
-
-SECOND_CHANCE_PER_GPU = 1  # extra candidates simulated when a GPU's simulated leader fails
-
-
-def _simulate_row(run: SizingRun, row: CandidateResult, candidate_index: int) -> None:
-    mean_value = {f: getattr(row, f) for f in (*runner.RESULT_FIELDS, "derivation")}
-    updates = tails.simulate_tails_or_reason(run.inputs, candidate_index, mean_value)
-    for field, value in updates.items():
-        setattr(row, field, value)
-    row.save(update_fields=list(updates))
-
-
-def _second_chance(run: SizingRun, results: dict, views: list[dict], index: dict) -> int:
-    """When a GPU's simulated leader misses the SLO on its tails, simulate the next candidate
-    that meets it at the mean, so that GPU's re-pick rests on a simulation rather than on
-    mean-value numbers. Deterministic walk over the mean-value ranking: a second aggregate
-    finds every step already simulated and simulates nothing."""
-    ranked = sorted((tails.mean_value_view(v) for v in views), key=runner.rank_key)
-    by_gpu: dict[str, list[str]] = {}
-    for view in ranked:
-        if view["fits"] and view["meets_slo"]:
-            by_gpu.setdefault(view["gpu_slug"], []).append(view["candidate_key"])
-    simulated, budget = 0, tails.MAX_SIMULATED
-    for keys in by_gpu.values():
-        # position = how many simulated candidates of this GPU missed the SLO so far
-        for position, key in enumerate(keys[: 1 + SECOND_CHANCE_PER_GPU]):
-            row = results[key]
-            if not tails.is_simulated({"derivation": row.derivation}):
-                if position == 0 or budget <= 0:
-                    break  # the leader was never simulated (run cap): leave this GPU as is
-                _simulate_row(run, row, index[key])
-                simulated, budget = simulated + 1, budget - 1
-            if row.meets_slo:
-                break
-    return simulated
-
-
 def rank_and_summarize(run: SizingRun) -> dict:
-    by_key = {r.candidate_key: r for r in run.results.all()}
-    fields = (*runner.RANK_FIELDS, "reason", "binding_constraint")
-    views = [{f: getattr(r, f) for f in fields} for r in by_key.values()]
-    order, best_keys = runner.rank_and_pick(views)
-    results = [by_key[key] for key in order]
-    for rank, result in enumerate(results, start=1):
-        result.rank = rank
-        result.recommended = best_keys.get(result.gpu_slug) == result.candidate_key
-    CandidateResult.objects.bulk_update(results, ["rank", "recommended"], batch_size=500)
-    best_per_gpu = {slug: by_key[key] for slug, key in best_keys.items()}
-    return summarize(run, results, views, best_per_gpu)
-
-
-def summarize(run: SizingRun, results: list, views: list[dict], best_per_gpu: dict) -> dict:
-    gpu_names = run.inputs.get("gpu_names", {})
-    per_gpu = []
-    for slug, name in gpu_names.items():
-        best = best_per_gpu.get(slug)
-        if best is None:
-            per_gpu.append(
-                {
-                    "gpu": slug,
-                    "gpu_name": name,
-                    "recommended": None,
-                    "why_none": runner.why_none(views, slug),
-                }
-            )
-            continue
-        per_gpu.append(
-            {
-                "gpu": slug,
-                "gpu_name": name,
-                "recommended": best.candidate_key,
-                "model": best.model_name,
-                "precision": best.precision,
-                "tp": best.tp,
-                "gpus": best.gpus,
-                "replicas": best.replicas,
-                "usd_per_month": best.usd_per_month,
-                "usd_per_hour": best.usd_per_hour,
-                "usd_per_mtok": best.usd_per_mtok,
-                "tokens_per_usd": best.tokens_per_usd,
-                "ttft_ms": best.ttft_ms,
-                "tpot_ms": best.tpot_ms,
-                **tails.latency_summary(best.ttft_ms_p95, best.tpot_ms_p95, best.derivation),
-                "breakeven": best.derivation.get("breakeven"),
-            }
-        )
-    overall = next((r for r in results if r.meets_slo), None)
-    return {
-        "candidates": len(results),
-        "meeting_slo": sum(r.meets_slo for r in results),
-        "fitting": sum(r.fits for r in results),
-        "best": overall.candidate_key if overall else None,
-        "per_gpu": per_gpu,
-        "price_sheet": run.inputs.get("price_sheet"),
-        "gpus_without_price": run.inputs.get("gpus_without_price", []),
-    }
+    fields = [f for f in RESULT_COLUMNS if f != "derivation"]
+    objects = {r.candidate_key: r for r in run.results.defer("derivation")}
+    rows = _selection_rows(run)
+    extra = run.results.values(*fields)
+    by_key = {r["candidate_key"]: r for r in rows}
+    for values in extra:
+        by_key[values["candidate_key"]].update({k: v for k, v in values.items()})
+    ranked, best = pipeline.finish(rows, _tails_on(run))
+    results = []
+    for row in ranked:
+        obj = objects[row["candidate_key"]]
+        for field in FINISH_FIELDS:
+            setattr(obj, field, row[field])
+        results.append(obj)
+    CandidateResult.objects.bulk_update(results, FINISH_FIELDS, batch_size=500)
+    recommended = {r.candidate_key: r for r in run.results.filter(recommended=True)}
+    for key, obj in recommended.items():
+        by_key[key]["derivation"] = obj.derivation
+    return pipeline.summarize(run.inputs, ranked, best, _tails_on(run))
 
 
 @shared_task(**TASK_OPTIONS)

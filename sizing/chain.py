@@ -17,22 +17,20 @@ from typing import Any
 
 import numpy as np
 
-from sizing import breakeven as be
-from sizing import cost, headroom, littles
+from sizing import headroom
 from sizing.candidates import CandidateArrays
 from sizing.derivation import Step, q, step
+from sizing.fleet import Band, BreakEvenResult, breakeven, error_band, size_fleet
 from sizing.memory import (
     GB,
     MemoryFit,
+    allocated_context,
     expert_shards,
     expert_weight_bytes,
     fit_memory,
     high_precision_params,
-    kv_elements_per_token_layer,
     kv_elements_per_token_layer_per_gpu,
-    kv_heads_per_gpu,
     nonexpert_weight_bytes,
-    routed_expert_params,
 )
 from sizing.operating import (
     BINDING_NAMES,
@@ -51,6 +49,7 @@ from sizing.specs import (
     Slo,
     Traffic,
 )
+from sizing.tail_model import DEFAULT_TAILS, Lengths, TailConstants, TailModel
 
 
 # ============================================================================ predict_rows
@@ -186,19 +185,26 @@ def predict_rows(
 # ============================================================================ derivation
 def derive(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> tuple[Step, ...]:
     """Named steps (formula, inputs with units, result with unit) for row ``i``, read from
-    the same arrays the outputs come from, so every shown number is the computed one."""
+    the same arrays the outputs come from, so every shown number is the computed one.
+    ``formula`` steps evaluate on their inputs (``derivation.evaluate``; a test checks every
+    catalog model); ``model`` steps name a vectorized stage whose equations are in its module.
+    """
+    return tuple(
+        _memory_steps(c, fit, i) + (_operating_steps(c, fit, op, i) if fit.fits[i] else [])
+    )
+
+
+def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
     s: list[Step] = []
-    p_total, p_routed = c.total_params[i], routed_expert_params(c)[i]
-    p_hp = high_precision_params(c)[i]
     b_w, b_kv = c.weight_bytes_per_param[i], c.kv_bytes_per_element[i]
-    tp, pp, ep, dp = (int(c.tp[i]), int(c.pp[i]), int(c.ep[i]), int(c.dp[i]))
+    tp, pp, dp = int(c.tp[i]), int(c.pp[i]), int(c.dp[i])
     s.append(
         step(
             "weights_bytes_total",
             "(P - P_hp) * b_w + P_hp * max(b_w, 2)",
             [
-                q("P", p_total, "params"),
-                q("P_hp (embedding + LM head)", p_hp, "params"),
+                q("P", c.total_params[i], "params"),
+                q("P_hp", high_precision_params(c)[i], "params (embedding + LM head)"),
                 q("b_w", b_w, "B/param"),
                 q("weight_precision", c.weight_precision(i), ""),
             ],
@@ -210,14 +216,13 @@ def derive(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> tu
     s.append(
         step(
             "weights_gb_per_gpu",
-            "(nonexpert / (TP*PP) + experts / (shards*PP)) / 1e9",
+            "(nonexpert / (TP * PP) + experts / (shards * PP)) / 1e9",
             [
                 q("nonexpert", nonexpert_weight_bytes(c)[i], "B"),
-                q("experts (P_routed * b_w)", expert_weight_bytes(c)[i], "B"),
-                q("P_routed", p_routed, "params"),
+                q("experts", expert_weight_bytes(c)[i], "B (routed experts x b_w)"),
                 q("TP", tp, ""),
                 q("PP", pp, ""),
-                q("shards (EP if EP>1 else TP)", expert_shards(c)[i], ""),
+                q("shards", expert_shards(c)[i], "GPUs (EP if EP > 1 else TP)"),
             ],
             fit.weights_bytes_per_gpu[i] / GB,
             "GB",
@@ -226,9 +231,9 @@ def derive(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> tu
     s.append(
         step(
             "usable_gb_per_gpu",
-            "HBM * gpu_memory_utilization / 1e9",
+            "HBM_bytes * gpu_memory_utilization / 1e9",
             [
-                q("HBM", c.memory_bytes[i] / GB, "GB"),
+                q("HBM_bytes", c.memory_bytes[i], "B"),
                 q("gpu_memory_utilization", c.gpu_memory_utilization[i], ""),
             ],
             fit.usable_bytes_per_gpu[i] / GB,
@@ -251,41 +256,36 @@ def derive(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> tu
     s.append(
         step(
             "kv_budget_gb_per_gpu",
-            "usable - weights - workspace - runtime_overhead",
+            "(usable - weights - workspace - runtime_overhead) / 1e9",
             [
-                q("usable", fit.usable_bytes_per_gpu[i] / GB, "GB"),
-                q("weights", fit.weights_bytes_per_gpu[i] / GB, "GB"),
-                q("workspace", fit.workspace_bytes_per_gpu[i] / GB, "GB"),
-                q("runtime_overhead", fit.runtime_overhead_bytes[i] / GB, "GB"),
+                q("usable", fit.usable_bytes_per_gpu[i], "B"),
+                q("weights", fit.weights_bytes_per_gpu[i], "B"),
+                q("workspace", fit.workspace_bytes_per_gpu[i], "B"),
+                q("runtime_overhead", fit.runtime_overhead_bytes[i], "B"),
             ],
             fit.kv_budget_bytes_per_gpu[i] / GB,
             "GB",
         )
     )
-    layers = c.full_layers[i] + c.sliding_layers[i]
+    layers = [q("layers", c.full_layers[i] + c.sliding_layers[i], "attention layers")]
     if c.kv_lora_rank[i] > 0:
-        formula = "layers * (kv_lora_rank + qk_rope_head_dim) * b_kv"
+        per_layer = "(kv_lora_rank + qk_rope_head_dim)"
         kv_in = [
             q("kv_lora_rank", c.kv_lora_rank[i], ""),
             q("qk_rope_head_dim", c.qk_rope_head_dim[i], ""),
         ]
-        gpu_formula = (
-            "layers / PP * (kv_lora_rank + qk_rope_head_dim) * b_kv (latent on every TP rank)"
-        )
+        per_layer_gpu, note_gpu = per_layer, "MLA: the latent is kept on every TP rank"
     else:
-        formula = "2 * layers * n_kv * head_dim * b_kv"
+        per_layer = "2 * n_kv * head_dim"
         kv_in = [q("n_kv", c.num_kv_heads[i], "heads"), q("head_dim", c.head_dim[i], "")]
-        gpu_formula = "2 * layers / PP * max(n_kv / TP, 1) * head_dim * b_kv"
+        per_layer_gpu = "2 * max(n_kv / TP, 1) * head_dim"
+        note_gpu = "KV heads split over TP while n_kv >= TP, copied on every rank below that"
+    b_kv_in = [q("b_kv", b_kv, "B"), q("kv_precision", c.kv_precision(i), "")]
     s.append(
         step(
             "kv_bytes_per_token",
-            formula,
-            [
-                q("layers (full + sliding)", layers, ""),
-                *kv_in,
-                q("b_kv", b_kv, "B"),
-                q("kv_precision", c.kv_precision(i), ""),
-            ],
+            f"layers * {per_layer} * b_kv",
+            [*layers, *kv_in, *b_kv_in],
             fit.kv_bytes_per_token[i],
             "B/token",
             "whole model, summed over GPUs, no replication",
@@ -294,53 +294,65 @@ def derive(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> tu
     s.append(
         step(
             "kv_bytes_per_token_per_gpu",
-            gpu_formula,
-            [
-                q("elements per token-layer (model)", kv_elements_per_token_layer(c)[i], ""),
-                q("elements per token-layer (GPU)", kv_elements_per_token_layer_per_gpu(c)[i], ""),
-                q("kv heads per GPU", kv_heads_per_gpu(c)[i], "heads"),
-                q("TP", tp, ""),
-                q("PP", pp, ""),
-            ],
+            f"layers / PP * {per_layer_gpu} * b_kv",
+            [*layers, *kv_in, q("b_kv", b_kv, "B"), q("TP", tp, ""), q("PP", pp, "")],
             fit.kv_bytes_per_token_per_gpu[i],
             "B/token",
+            note_gpu,
         )
     )
+    fits = q("fits", 1.0 if fit.fits[i] else 0.0, "1 if the candidate fits")
+    budget = q("kv_budget", fit.kv_budget_bytes_per_gpu[i], "B")
     s.append(
         step(
             "kv_capacity_tokens",
-            "floor(kv_budget / kv_bytes_per_token_per_gpu) * DP",
+            "floor(max(kv_budget, 0) / kv_bytes_per_token_per_gpu) * DP * fits",
             [
-                q("kv_budget", max(fit.kv_budget_bytes_per_gpu[i], 0.0), "B"),
+                budget,
                 q("kv_bytes_per_token_per_gpu", fit.kv_bytes_per_token_per_gpu[i], "B/token"),
                 q("DP", dp, ""),
+                fits,
             ],
             fit.kv_capacity_tokens[i],
             "tokens",
         )
     )
+    ctx = allocated_context(c, fit.context_tokens[i : i + 1])[0]
+    window = c.sliding_window[i] if c.sliding_window[i] > 0 else ctx
     s.append(
         step(
-            "kv_gb_per_sequence_per_gpu",
-            "(full * c + sliding * min(c, window)) * per_layer_gpu * b_kv / PP, c block-rounded",
+            "kv_bytes_per_sequence_per_gpu",
+            "((full * ctx + sliding * min(ctx, window)) * elements_per_token_layer_gpu"
+            " + linear * state / TP) * b_kv / PP",
             [
-                q("context c", fit.context_tokens[i], "tokens"),
-                q("full layers", c.full_layers[i], ""),
-                q("sliding layers", c.sliding_layers[i], ""),
-                q("window", c.sliding_window[i], "tokens"),
+                q("ctx", ctx, "tokens (context rounded up to KV blocks)"),
+                q("full", c.full_layers[i], "layers"),
+                q("sliding", c.sliding_layers[i], "layers"),
+                q("window", window, "tokens"),
+                q(
+                    "elements_per_token_layer_gpu",
+                    kv_elements_per_token_layer_per_gpu(c)[i],
+                    "elements",
+                ),
+                q("linear", c.linear_layers[i], "linear-attention layers"),
+                q("state", c.linear_state_elements[i], "elements per sequence per layer"),
+                q("b_kv", b_kv, "B"),
+                q("TP", tp, ""),
+                q("PP", pp, ""),
             ],
-            fit.kv_bytes_per_sequence_per_gpu[i] / GB,
-            "GB",
+            fit.kv_bytes_per_sequence_per_gpu[i],
+            "B",
         )
     )
     s.append(
         step(
             "max_concurrency",
-            "floor(kv_budget / kv_per_sequence_per_gpu) * DP",
+            "floor(max(kv_budget, 0) / kv_per_sequence) * DP * fits",
             [
-                q("kv_budget", max(fit.kv_budget_bytes_per_gpu[i], 0.0) / GB, "GB"),
-                q("kv_per_sequence_per_gpu", fit.kv_bytes_per_sequence_per_gpu[i] / GB, "GB"),
+                budget,
+                q("kv_per_sequence", fit.kv_bytes_per_sequence_per_gpu[i], "B"),
                 q("DP", dp, ""),
+                fits,
             ],
             fit.max_concurrency[i],
             "sequences",
@@ -349,16 +361,29 @@ def derive(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> tu
     if not fit.fits[i]:
         s.append(
             step(
-                "fits", "layout valid and memory holds one sequence", [], "no", "", fit.reason(c, i)
+                "fits",
+                "layout valid and memory holds one sequence",
+                [],
+                "no",
+                "",
+                fit.reason(c, i),
+                kind="model",
             )
         )
-        return tuple(s)
+    return s
 
-    pure, mixed = op.pure_step, op.mixed_step
+
+def _operating_steps(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> list:
+    s: list[Step] = []
+    pure, mixed, prefill = op.pure_step, op.mixed_step, op.prefill_step
+    dp, pp = int(c.dp[i]), int(c.pp[i])
+    b_rank = q("B_rank", op.batch_per_rank[i], "sequences per DP rank")
+    isl, osl = q("isl", op.isl_tokens[i], "tokens"), q("osl", op.osl_tokens[i], "tokens")
+    n_chunks = q("n_chunks", op.n_chunks[i], "steps")
     s.append(
         step(
             "batch",
-            "min(concurrency, min(max_concurrency, max_num_seqs * DP))",
+            "min(concurrency, max_concurrency, max_num_seqs * DP)",
             [
                 q("concurrency", op.concurrency[i], "sequences"),
                 q("max_concurrency", fit.max_concurrency[i], "sequences"),
@@ -372,26 +397,26 @@ def derive(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> tu
     s.append(
         step(
             "prefill_chunk_tokens",
-            "min(isl, max(max_num_batched_tokens - B/DP, 64)); n = ceil(isl/chunk)",
-            [
-                q("isl", op.isl_tokens[i], "tokens"),
-                q("max_num_batched_tokens", c.max_num_batched_tokens[i], "tokens"),
-                q("B/DP", op.batch_per_rank[i], "sequences"),
-                q("n_chunks", op.n_chunks[i], "steps"),
-            ],
+            "max(min(isl, max(max_num_batched_tokens - B_rank, 64)), 1)",
+            [isl, q("max_num_batched_tokens", c.max_num_batched_tokens[i], "tokens"), b_rank],
             op.chunk_tokens[i],
             "tokens",
         )
     )
     s.append(
         step(
+            "n_chunks",
+            "ceil(isl / chunk)",
+            [isl, q("chunk", op.chunk_tokens[i], "tokens")],
+            op.n_chunks[i],
+            "steps",
+        )
+    )
+    s.append(
+        step(
             "decode_seqs_per_step",
-            "B/DP * osl / (n_chunks + osl)",
-            [
-                q("B/DP", op.batch_per_rank[i], "sequences"),
-                q("osl", op.osl_tokens[i], "tokens"),
-                q("n_chunks", op.n_chunks[i], "steps"),
-            ],
+            "B_rank * osl / (n_chunks + osl)",
+            [b_rank, osl, n_chunks],
             op.decode_seqs_per_step[i],
             "sequences",
         )
@@ -399,8 +424,8 @@ def derive(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> tu
     s.append(
         step(
             "prefill_tokens_per_step",
-            "B/DP * isl / (n_chunks + osl)",
-            [q("B/DP", op.batch_per_rank[i], "sequences")],
+            "B_rank * isl / (n_chunks + osl)",
+            [b_rank, isl, osl, n_chunks],
             op.prefill_tokens_per_step[i],
             "tokens",
         )
@@ -409,12 +434,11 @@ def derive(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> tu
     s.append(
         step(
             "decode_bytes_per_gpu_stage",
-            "weights touched + (B/PP) * kv_per_sequence(mean context)",
+            "weights_touched + kv_read",
             [
-                q("weights touched", st.weight_bytes[i], "B"),
-                q("kv read", st.kv_bytes[i], "B"),
-                q("mean context", op.context_tokens[i], "tokens"),
-                q("PP", pp, ""),
+                q("weights_touched", st.weight_bytes[i], "B"),
+                q("kv_read", st.kv_bytes[i], "B"),
+                q("mean_context", op.context_tokens[i], "tokens"),
             ],
             st.bytes[i],
             "B",
@@ -427,7 +451,7 @@ def derive(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> tu
             "bytes / (BW * eta_mem) * 1e3",
             [
                 q("bytes", st.bytes[i], "B"),
-                q("BW", c.hbm_bytes_s[i] / 1e12, "TB/s"),
+                q("BW", c.hbm_bytes_s[i], "B/s"),
                 q("eta_mem", c.eta_mem[i], ""),
             ],
             st.mem_s[i] * 1e3,
@@ -437,11 +461,11 @@ def derive(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> tu
     s.append(
         step(
             "decode_flop_ms",
-            "(2 * P_a * T + attention) / (TP*PP) / (F * eta_flop_decode) * 1e3",
+            "flops / (F * eta_flop_decode) * 1e3",
             [
-                q("flops per GPU", st.flops_decode[i], "FLOP"),
-                q("F", c.peak_flops[i] / 1e12, "TFLOP/s"),
-                q("compute precision", c.compute_precision(i), ""),
+                q("flops", st.flops_decode[i], "FLOP per GPU (2 * P_a * T + attention)"),
+                q("F", c.peak_flops[i], "FLOP/s"),
+                q("compute_precision", c.compute_precision(i), ""),
                 q("eta_flop_decode", c.eta_flop_decode[i], ""),
             ],
             st.flop_s[i] * 1e3,
@@ -451,111 +475,107 @@ def derive(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> tu
     s.append(
         step(
             "decode_comm_ms",
-            "TP: 2*layers/PP all-reduces; EP: 2*moe_layers/PP all-to-alls",
+            "TP: 2 ring all-reduces per layer; EP: 2 all-to-alls per MoE layer (steptime.py)",
             [
-                q("TP", tp, ""),
-                q("EP", ep, ""),
-                q("link one-way", c.link_bytes_s[i] / 1e9, "GB/s"),
+                q("TP", int(c.tp[i]), ""),
+                q("EP", int(c.ep[i]), ""),
+                q("link_one_way", c.link_bytes_s[i], "B/s"),
                 q("link_efficiency", c.link_efficiency[i], ""),
             ],
             st.comm_s[i] * 1e3,
             "ms",
+            kind="model",
         )
     )
     s.append(
         step(
             "pure_decode_step_ms",
-            "PP * (max(mem, flop) + comm) + (PP-1) * hop + overhead",
+            "PP * (max(mem, flop) + comm) + (PP - 1) * hop + overhead",
             [
                 q("mem", st.mem_s[i] * 1e3, "ms"),
                 q("flop", st.flop_s[i] * 1e3, "ms"),
                 q("comm", st.comm_s[i] * 1e3, "ms"),
                 q("hop", pure.hop_s[i] * 1e3, "ms"),
-                q("overhead", c.step_overhead_s[i] * 1e3, "ms"),
+                q("overhead", pure.overhead_s[i] * 1e3, "ms"),
                 q("PP", pp, ""),
             ],
             pure.step_s[i] * 1e3,
             "ms",
         )
     )
-    s.append(
-        step(
-            "mixed_step_ms",
-            "same step carrying max(chunk, prefill_tokens_per_step) prompt tokens",
-            [
-                q("prefill flop", mixed.stage.flop_s[i] * 1e3, "ms"),
-                q("eta_flop_prefill", c.eta_flop_prefill[i], ""),
-            ],
-            mixed.step_s[i] * 1e3,
-            "ms",
+    for name, st_time, what in (
+        ("mixed_step_ms", mixed, "a decode step carrying one prompt chunk"),
+        ("prefill_step_ms", prefill, "the step that prefills a prompt (chunk + co-released)"),
+    ):
+        s.append(
+            step(
+                name,
+                "PP * (max(mem, flop) + comm) + (PP - 1) * hop + overhead",
+                [
+                    q("mem", st_time.stage.mem_s[i] * 1e3, "ms"),
+                    q("flop", st_time.stage.flop_s[i] * 1e3, "ms (decode + prefill FLOPs)"),
+                    q("comm", st_time.stage.comm_s[i] * 1e3, "ms"),
+                    q("hop", st_time.hop_s[i] * 1e3, "ms"),
+                    q("overhead", st_time.overhead_s[i] * 1e3, "ms"),
+                    q("PP", pp, ""),
+                ],
+                st_time.step_s[i] * 1e3,
+                "ms",
+                what,
+            )
         )
-    )
     s.append(
         step(
-            "tpot_ms",
-            "(1 - f) * pure_step + f * mixed_step, f = min(prefill_tokens_per_step / chunk, 1)",
+            "mean_tpot_ms",
+            "(1 - f) * pure_step + f * mixed_step, blended toward grouped prefill steps "
+            "once prompts outnumber one chunk per step (operating.py)",
             [
-                q("f", op.mixed_step_fraction[i], ""),
+                q("f", op.mixed_step_fraction[i], "share of mixed steps"),
                 q("pure_step", pure.step_s[i] * 1e3, "ms"),
                 q("mixed_step", mixed.step_s[i] * 1e3, "ms"),
+                q("prefill_step", prefill.step_s[i] * 1e3, "ms"),
             ],
             op.tpot_s[i] * 1e3,
             "ms",
+            kind="model",
         )
     )
     s.append(
         step(
-            "ttft_ms",
-            "(n_chunks + wait_steps) * mixed_step + closed-loop queue",
+            "mean_ttft_ms",
+            "(n_chunks + wait_steps) * prefill_step + queue",
             [
-                q("n_chunks", op.n_chunks[i], "steps"),
-                q("wait_steps", op.prefill_wait_steps[i], "steps"),
-                q("mixed_step", mixed.step_s[i] * 1e3, "ms"),
+                n_chunks,
+                q("wait_steps", op.prefill_wait_steps[i], "steps (M/D/1, damped)"),
+                q("prefill_step", prefill.step_s[i] * 1e3, "ms"),
                 q("queue", op.queue_s[i] * 1e3, "ms"),
             ],
             op.ttft_s[i] * 1e3,
             "ms",
         )
     )
+    ttft, tpot = q("TTFT", op.ttft_s[i], "s"), q("TPOT", op.tpot_s[i], "s")
+    s.append(step("residence_s", "TTFT + osl * TPOT", [ttft, osl, tpot], op.residence_s[i], "s"))
     s.append(
         step(
-            "residence_s",
-            "TTFT + osl * TPOT",
-            [
-                q("TTFT", op.ttft_s[i], "s"),
-                q("osl", op.osl_tokens[i], "tokens"),
-                q("TPOT", op.tpot_s[i], "s"),
-            ],
-            op.residence_s[i],
-            "s",
-        )
-    )
-    s.append(
-        step(
-            "requests_per_s_per_replica",
-            "B / W (Little), over all DP ranks",
-            [
-                q("B", min(op.batch[i], op.concurrency[i]), "sequences"),
-                q("W", op.residence_s[i], "s"),
-            ],
+            "mean_value_rps_per_replica",
+            "B_rank * DP / (TTFT - queue + osl * TPOT)",
+            [b_rank, q("DP", dp, ""), ttft, q("queue", op.queue_s[i], "s"), osl, tpot],
             op.requests_per_s[i],
             "req/s",
-            "with a closed-loop queue, W counts the wait too",
+            "Little's law: X = B / W over all DP ranks",
         )
     )
     s.append(
         step(
-            "output_tok_s_per_replica",
+            "mean_value_output_tok_s_per_replica",
             "requests_per_s * osl",
-            [
-                q("requests_per_s", op.requests_per_s[i], "req/s"),
-                q("osl", op.osl_tokens[i], "tokens"),
-            ],
+            [q("requests_per_s", op.requests_per_s[i], "req/s"), osl],
             op.output_tokens_per_s[i],
             "tokens/s",
         )
     )
-    return tuple(s)
+    return s
 
 
 # ============================================================================ plan
@@ -571,19 +591,6 @@ class Candidate:
     engine: EngineSettings = EngineSettings()
     calibration: Calibration = Calibration()
     label: str = ""
-
-
-@dataclass(frozen=True)
-class BreakEvenResult:
-    """API vs self-hosting for one candidate at the plan's traffic mix."""
-
-    api_usd_per_mtok: float  # blended over input/output
-    api_usd_per_month: float  # at the traffic's mean rate
-    selfhost_usd_per_month: float
-    crossing_tokens_per_month: float  # inf: self-hosting never wins
-    traffic_tokens_per_month: float
-    utilization_to_win: float  # > 1: cannot win at any utilization
-    hybrid: be.HybridSplit
 
 
 @dataclass(frozen=True)
@@ -626,6 +633,14 @@ class PlanRow:
     meets_slo: bool
     breakeven: BreakEvenResult | None
     derivation: tuple[Step, ...] = field(repr=False)
+    latency_source: str = "analytic"  # "simulated" or "analytic"
+    latency_statistic: str = "mean"  # what ttft_ms / tpot_ms are: "p95", ... or "mean"
+    latency_ms: dict = field(default_factory=dict)  # {"ttft": {"p50":..}, "tpot": {..}}
+    mean_value_rps: float = math.nan  # the mean-value operating point's req/s per replica
+    mean_value_ttft_ms: float = math.nan
+    mean_value_tpot_ms: float = math.nan
+    band: Band | None = None  # replicas and cost at the profile's error, on the final sizing
+    profile: str = "physics defaults"  # calibration profile used
 
 
 @dataclass(frozen=True)
@@ -665,20 +680,48 @@ def _finite_int(x: float) -> int:
     return int(x) if math.isfinite(x) else 0
 
 
+@dataclass(frozen=True)
+class Capacity:
+    """A replica's capacity and tail latencies from outside the closed forms (the simulator):
+    one entry per candidate, None where the chain's own analytic model should be used.
+
+    ``rate_rps``: highest request rate per replica meeting the SLO percentile and goodput;
+    ``latency_ms``: {"ttft": {"p50": ...}, "tpot": {...}} at the fleet's peak load per replica;
+    ``meets_slo``, ``binding``; ``steps``: the derivation of how it was found (kind
+    ``simulation``), inserted before the headroom stage.
+    """
+
+    rate_rps: float
+    latency_ms: dict
+    meets_slo: bool
+    binding: str
+    source: str = "simulated"
+    steps: tuple[Step, ...] = ()
+
+
+QUANTILES = (0.5, 0.95, 0.99)
+
+
 def plan(
     traffic: Traffic,
     slo: Slo,
     policy: Policy,
     candidates: Sequence[Candidate],
     api_price: ApiPrice | None = None,
+    tails: TailConstants | None = DEFAULT_TAILS,
+    capacity: Sequence[Capacity | None] | None = None,
 ) -> Plan:
     """Size every candidate for ``traffic`` under ``slo`` and ``policy`` and rank them.
 
     Memory fit at the mean request (``prompt + output`` tokens) for capacity; the p95
-    lengths, when given, must also fit as one sequence. The operating batch is the largest
-    meeting both mean-latency SLOs (``operating.slo_operating_point``); replicas follow from
-    the peak rate with headroom; cost uses the mean rate (utilization term); break-even
-    against ``api_price`` when given.
+    lengths, when given, must also fit as one sequence. The mean-value operating point
+    (``operating.slo_operating_point``: the largest batch meeting both *mean* latencies) is
+    derived for every row. The capacity per replica that sizes the fleet is, per row:
+    ``capacity[i]`` when given (the simulator's, ``latency_source`` "simulated"); else the
+    analytic percentile model's (``sizing.tail_model``, fitted to the simulator: the rate
+    meeting the SLO percentile and goodput; "analytic"); with ``tails=None`` the mean-value
+    rate itself (statistic "mean", for checks against the closed forms). That capacity enters
+    the one headroom -> cost -> break-even -> band stage (``sizing.fleet``).
     """
     cands = list(candidates)
     if not cands:
@@ -686,96 +729,37 @@ def plan(
     c = candidate_arrays(cands)
     n = len(c)
     isl, osl = float(traffic.prompt_tokens_mean), float(traffic.output_tokens_mean)
-    fit = fit_memory(c, np.full(n, isl + osl))
-    reasons = fit.reasons(c)
-    if traffic.prompt_tokens_p95 or traffic.output_tokens_p95:
-        tail_ctx = (traffic.prompt_tokens_p95 or isl) + (traffic.output_tokens_p95 or osl)
-        tail = fit_memory(c, np.full(n, tail_ctx))
-        tail_reasons = tail.reasons(c)
-        reasons = np.where(fit.fits, tail_reasons, reasons)
-        fits = fit.fits & tail.fits
-        fit = dataclasses.replace(
-            fit,
-            fits=fits,
-            reason_code=np.where(fit.fits, tail.reason_code, fit.reason_code),
-            max_concurrency=np.where(fits, fit.max_concurrency, 0.0),
-            kv_capacity_tokens=np.where(fits, fit.kv_capacity_tokens, 0.0),
-        )
+    fit, reasons = _fit_with_tails(c, traffic)
     sp = slo_operating_point(c, fit, isl, osl, slo.tpot_ms / 1e3, slo.ttft_ms / 1e3)
     op = sp.point
-    x = op.requests_per_s
-    serving = headroom.serving_replicas(
-        traffic.peak_rps, x, policy.target_utilization, policy.burst_factor
+    given = list(capacity) if capacity is not None else [None] * n
+    stage = _capacity_stage(c, fit, sp, traffic, slo, policy, tails, given)
+    fleet = size_fleet(
+        stage.rate_rps,
+        stage.residence_s,
+        traffic,
+        policy,
+        c.gpus_per_instance,
+        c.usd_per_gpu_hour,
+        fit.fits & (stage.rate_rps > 0),
     )
-    serving = np.where(fit.fits, serving, np.inf)
-    total = headroom.total_replicas(serving, policy.spare_replicas, policy.warm_pool_replicas)
-    gpi = c.gpus_per_instance
-    with np.errstate(invalid="ignore"):  # misfits: inf replicas x 0 req/s
-        usd_h = cost.usd_per_hour(total, gpi, c.usd_per_gpu_hour)
-        util = np.where(fit.fits, headroom.utilization(traffic.mean_rps, total, x), 0.0)
-        usd_mtok = cost.usd_per_mtok(usd_h, total * x * osl, util)
-        usd_mtok_total = cost.usd_per_mtok(usd_h, total * x * (isl + osl), util)
-    usd_mtok = np.where(fit.fits, usd_mtok, np.inf)
-    usd_mtok_total = np.where(fit.fits, usd_mtok_total, np.inf)
-    in_flight = littles.in_flight(traffic.peak_rps, op.residence_s)
-
-    api_p = be.api_usd_per_token(api_price, traffic) if api_price else None
-    profile = be.daily_profile_rps(traffic)
-    peak_to_mean = traffic.peak_rps / traffic.mean_rps if traffic.mean_rps > 0 else 1.0
-    fixed = policy.spare_replicas + policy.warm_pool_replicas
 
     rows: list[PlanRow] = []
     for i in range(n):
         d = list(derive(c, fit, op, i))
         ok = bool(fit.fits[i])
-        bev = None
+        serves = ok and stage.rate_rps[i] > 0
+        bev, band = None, None
         if ok:
-            d += _fleet_steps(
-                c,
-                op,
-                i,
-                traffic,
-                policy,
-                serving[i],
-                total[i],
-                usd_h[i],
-                util[i],
-                usd_mtok[i],
-                in_flight[i],
-            )
-        if ok and api_p is not None:
-            k_month = gpi[i] * c.usd_per_gpu_hour[i] * cost.HOURS_PER_MONTH
-            v_r = (
-                x[i]
-                * policy.target_utilization
-                * (isl + osl)
-                * be.SECONDS_PER_MONTH
-                / (peak_to_mean * policy.burst_factor)
-            )
-            v_traffic = traffic.mean_rps * (isl + osl) * be.SECONDS_PER_MONTH
-            cross = float(be.crossing_tokens_per_month(v_r, k_month, fixed, api_p))
-            need = float(
-                be.utilization_to_win(gpi[i] * c.usd_per_gpu_hour[i], x[i] * (isl + osl), api_p)
-            )
-            hyb = be.hybrid_split(
-                profile,
-                float(x[i]),
-                policy.target_utilization,
-                float(k_month),
-                fixed,
-                isl + osl,
-                api_p,
-            )
-            bev = BreakEvenResult(
-                api_usd_per_mtok=api_p * 1e6,
-                api_usd_per_month=float(be.api_usd_per_month(v_traffic, api_p)),
-                selfhost_usd_per_month=float(cost.usd_per_month(usd_h[i])),
-                crossing_tokens_per_month=cross,
-                traffic_tokens_per_month=v_traffic,
-                utilization_to_win=need,
-                hybrid=hyb,
-            )
-            d += _breakeven_steps(bev, v_r, k_month, fixed)
+            d += stage.steps[i]
+        if serves:
+            d += fleet.steps(i)
+            band, band_steps = error_band(fleet, i, cands[i].calibration.relative_error)
+            d += band_steps
+        if serves and api_price is not None:
+            bev, bev_steps = breakeven(fleet, i, api_price)
+            d += bev_steps
+        latency = stage.latency_ms[i]
         rows.append(
             PlanRow(
                 rank=0,
@@ -788,7 +772,7 @@ def plan(
                 pp=int(c.pp[i]),
                 ep=int(c.ep[i]),
                 dp=int(c.dp[i]),
-                gpus_per_replica=int(gpi[i]),
+                gpus_per_replica=int(c.gpus_per_instance[i]),
                 fits=ok,
                 reason=str(reasons[i]),
                 weights_gb_per_gpu=float(fit.weights_gb_per_gpu[i]),
@@ -796,24 +780,32 @@ def plan(
                 kv_capacity_tokens=float(fit.kv_capacity_tokens[i]),
                 max_concurrency=float(fit.max_concurrency[i]),
                 batch=float(op.batch[i]),
-                ttft_ms=float(op.ttft_s[i] * 1e3) if ok else math.nan,
-                tpot_ms=float(op.tpot_s[i] * 1e3) if ok else math.nan,
-                requests_per_s_per_replica=float(x[i]),
-                output_tok_s_per_replica=float(op.output_tokens_per_s[i]),
-                in_flight_at_peak=float(in_flight[i]) if ok else math.nan,
-                serving_replicas=_finite_int(serving[i]),
-                replicas=_finite_int(total[i]),
-                gpus=_finite_int(total[i] * gpi[i]),
-                utilization=float(util[i]),
-                usd_per_hour=float(usd_h[i]),
-                usd_per_month=float(cost.usd_per_month(usd_h[i])),
-                usd_per_mtok=float(usd_mtok[i]),
-                usd_per_mtok_total=float(usd_mtok_total[i]),
-                tokens_per_usd=float(cost.tokens_per_usd(usd_mtok[i])),
-                binding=BINDING_NAMES[sp.binding_code[i]],
-                meets_slo=bool(sp.meets_slo[i]),
+                ttft_ms=float(latency["ttft"][stage.statistic]) if ok else math.nan,
+                tpot_ms=float(latency["tpot"][stage.statistic]) if ok else math.nan,
+                requests_per_s_per_replica=float(stage.rate_rps[i]),
+                output_tok_s_per_replica=float(stage.rate_rps[i] * osl),
+                in_flight_at_peak=float(fleet.in_flight_at_peak[i]) if ok else math.nan,
+                serving_replicas=_finite_int(fleet.serving[i]),
+                replicas=_finite_int(fleet.replicas[i]),
+                gpus=_finite_int(fleet.gpus[i]),
+                utilization=float(fleet.utilization[i]),
+                usd_per_hour=float(fleet.usd_per_hour[i]),
+                usd_per_month=float(fleet.usd_per_month[i]),
+                usd_per_mtok=float(fleet.usd_per_mtok[i]),
+                usd_per_mtok_total=float(fleet.usd_per_mtok_total[i]),
+                tokens_per_usd=float(fleet.tokens_per_usd[i]),
+                binding=stage.binding[i] if ok else BINDING_NAMES[sp.binding_code[i]],
+                meets_slo=bool(ok and stage.meets_slo[i]),
                 breakeven=bev,
                 derivation=tuple(d),
+                latency_source=stage.source[i],
+                latency_statistic=stage.statistic,
+                latency_ms=latency if ok else {},
+                mean_value_rps=float(op.requests_per_s[i]),
+                mean_value_ttft_ms=float(op.ttft_s[i] * 1e3) if ok else math.nan,
+                mean_value_tpot_ms=float(op.tpot_s[i] * 1e3) if ok else math.nan,
+                band=band,
+                profile=cands[i].calibration.name or "physics defaults",
             )
         )
     order = sorted(
@@ -833,115 +825,166 @@ def plan(
     return Plan(ranked, cheapest, traffic, slo, policy)
 
 
-def _fleet_steps(c, op, i, traffic, policy, serving, total, usd_h, util, usd_mtok, in_flight):
-    x = op.requests_per_s[i]
+def _fit_with_tails(c: CandidateArrays, traffic: Traffic):
+    """Memory fit at the mean request, and the p95 request must fit as one sequence."""
+    n = len(c)
+    isl, osl = float(traffic.prompt_tokens_mean), float(traffic.output_tokens_mean)
+    fit = fit_memory(c, np.full(n, isl + osl))
+    reasons = fit.reasons(c)
+    if traffic.prompt_tokens_p95 or traffic.output_tokens_p95:
+        tail_ctx = (traffic.prompt_tokens_p95 or isl) + (traffic.output_tokens_p95 or osl)
+        tail = fit_memory(c, np.full(n, tail_ctx))
+        tail_reasons = tail.reasons(c)
+        reasons = np.where(fit.fits, tail_reasons, reasons)
+        fits = fit.fits & tail.fits
+        fit = dataclasses.replace(
+            fit,
+            fits=fits,
+            reason_code=np.where(fit.fits, tail.reason_code, fit.reason_code),
+            max_concurrency=np.where(fits, fit.max_concurrency, 0.0),
+            kv_capacity_tokens=np.where(fits, fit.kv_capacity_tokens, 0.0),
+        )
+    return fit, reasons
+
+
+@dataclass(frozen=True)
+class _Stage:
+    rate_rps: np.ndarray
+    residence_s: np.ndarray
+    latency_ms: list[dict]
+    meets_slo: np.ndarray
+    binding: list[str]
+    source: list[str]
+    statistic: str
+    steps: list[list[Step]]
+
+
+def percentile_key(quantile: float) -> str:
+    return f"p{quantile * 100:g}"
+
+
+def _capacity_stage(c, fit, sp, traffic, slo, policy, tails, given) -> _Stage:
+    """Per row: the capacity that sizes the fleet and the latencies shown with it."""
+    n = len(c)
+    op = sp.point
+    if tails is None:  # the mean-value chain alone
+        latency = [
+            {"ttft": {"mean": op.ttft_s[i] * 1e3}, "tpot": {"mean": op.tpot_s[i] * 1e3}}
+            for i in range(n)
+        ]
+        binding = [BINDING_NAMES[b] for b in sp.binding_code]
+        return _Stage(
+            op.requests_per_s, op.residence_s, latency, sp.meets_slo, binding,
+            ["analytic"] * n, "mean", [[] for _ in range(n)],
+        )  # fmt: skip
+    statistic = f"p{slo.percentile:g}"
+    quantiles = tuple(sorted({*QUANTILES, slo.percentile / 100}))
+    lengths = Lengths(
+        traffic.prompt_tokens_mean,
+        traffic.output_tokens_mean,
+        traffic.prompt_tokens_p95,
+        traffic.output_tokens_p95,
+    )
+    model = TailModel(c, fit, lengths, tails)
+    rate, tail_binding = model.max_rate(slo)
+    serving = headroom.serving_replicas(
+        traffic.peak_rps, rate, policy.target_utilization, policy.burst_factor
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        load = np.where(rate > 0, traffic.peak_rps * policy.burst_factor / serving, 0.0)
+    at = model.at_rate(np.where(rate > 0, load, op.requests_per_s * 0.5), quantiles)
+    rates = rate.copy()
+    residence = np.array(at.ttft_s[0.5] + traffic.output_tokens_mean * at.tpot_s[0.5])
+    latency, meets, binding, source, steps = [], [], [], [], []
+    for i in range(n):
+        if given[i] is not None:
+            g = given[i]
+            rates[i] = g.rate_rps
+            latency.append(g.latency_ms)
+            meets.append(g.meets_slo)
+            binding.append(g.binding)
+            source.append(g.source)
+            steps.append(list(g.steps))
+            residence[i] = (g.latency_ms["ttft"]["p50"] + osl_ms(traffic, g)) / 1e3
+            continue
+        row = {
+            name: {percentile_key(q): float(values[q][i] * 1e3) for q in quantiles}
+            for name, values in (("ttft", at.ttft_s), ("tpot", at.tpot_s))
+        }
+        ok = bool(rate[i] > 0)
+        latency.append(row)
+        meets.append(ok and fit.fits[i])
+        binding.append(_tail_binding(tail_binding[i], fit, c, i))
+        source.append("analytic")
+        steps.append(
+            _analytic_steps(model, traffic, slo, policy, i, (rate[i], serving[i], load[i]), row, op)
+            if fit.fits[i]
+            else []
+        )
+    return _Stage(
+        rates, residence, latency, np.array(meets, dtype=bool), binding, source, statistic, steps
+    )
+
+
+def osl_ms(traffic: Traffic, given: Capacity) -> float:
+    """Decode time of a mean output at the median TPOT (ms)."""
+    return traffic.output_tokens_mean * given.latency_ms["tpot"]["p50"]
+
+
+def _tail_binding(binding: str, fit: MemoryFit, c: CandidateArrays, i: int) -> str:
+    if binding == "throughput" and fit.max_concurrency[i] <= c.max_num_seqs[i] * c.dp[i]:
+        return "memory"
+    return binding or "tpot"
+
+
+def _analytic_steps(model, traffic, slo, policy, i, sizing, row, op) -> list[Step]:
+    k = model.k
+    rate, serving, load = sizing
+    pct = f"p{slo.percentile:g}"
     return [
         step(
-            "in_flight_at_peak",
-            "peak_rps * W (Little)",
-            [q("peak_rps", traffic.peak_rps, "req/s"), q("W", op.residence_s[i], "s")],
-            in_flight,
-            "requests",
+            "analytic_max_rate_rps",
+            f"largest Poisson rate with {pct} and goodput-quantile TTFT and TPOT within the "
+            "SLO (sizing/tail_model.py: TPOT at N + a z sqrt(N) in flight, TTFT = own prefill "
+            "+ M/G/1 prefill-queue wait)",
+            [
+                q("ttft_slo", slo.ttft_ms, "ms"),
+                q("tpot_slo", slo.tpot_ms, "ms"),
+                q("percentile", slo.percentile, ""),
+                q("goodput_target", slo.goodput_target, ""),
+                q("tpot_spread a", k.tpot_spread, ""),
+                q("ttft_wait b", k.ttft_wait, ""),
+                q("ttft_base c", k.ttft_base, ""),
+                q("mean-value X", op.requests_per_s[i], "req/s per replica"),
+            ],
+            rate,
+            "req/s per replica",
+            "0: no rate meets the SLO percentile" if rate <= 0 else k.source,
+            kind="search",
         ),
         step(
-            "serving_replicas",
-            "ceil(peak_rps * burst / (X * target_utilization))",
+            "load_rps_per_replica",
+            "peak_rps * burst / serving",
             [
                 q("peak_rps", traffic.peak_rps, "req/s"),
                 q("burst", policy.burst_factor, ""),
-                q("X", x, "req/s per replica"),
-                q("target_utilization", policy.target_utilization, ""),
-            ],
-            serving,
-            "replicas",
-        ),
-        step(
-            "replicas",
-            "serving + spare (N+k) + warm pool",
-            [
                 q("serving", serving, "replicas"),
-                q("spare", policy.spare_replicas, "replicas"),
-                q("warm_pool", policy.warm_pool_replicas, "replicas"),
             ],
-            total,
-            "replicas",
-        ),
-        step(
-            "usd_per_hour",
-            "replicas * gpus_per_replica * usd_per_gpu_hour",
-            [
-                q("replicas", total, ""),
-                q("gpus_per_replica", c.gpus_per_instance[i], ""),
-                q("usd_per_gpu_hour", c.usd_per_gpu_hour[i], "$/GPU-h"),
-            ],
-            usd_h,
-            "$/h",
-        ),
-        step(
-            "usd_per_month",
-            "usd_per_hour * 730",
-            [q("usd_per_hour", usd_h, "$/h")],
-            usd_h * cost.HOURS_PER_MONTH,
-            "$/month",
-        ),
-        step(
-            "utilization",
-            "mean_rps / (replicas * X)",
-            [
-                q("mean_rps", traffic.mean_rps, "req/s"),
-                q("replicas", total, ""),
-                q("X", x, "req/s per replica"),
-            ],
-            util,
-            "",
-        ),
-        step(
-            "usd_per_mtok",
-            "usd_per_hour / 3600 / (replicas * X * osl * utilization) * 1e6",
-            [
-                q("usd_per_hour", usd_h, "$/h"),
-                q("capacity", total * op.output_tokens_per_s[i], "output tokens/s"),
-                q("utilization", util, ""),
-            ],
-            usd_mtok,
-            "$/M output tokens",
-        ),
-    ]
-
-
-def _breakeven_steps(bev: BreakEvenResult, v_r, k_month, fixed) -> list[Step]:
-    return [
-        step(
-            "api_usd_per_mtok",
-            "(isl * p_in + osl * p_out) / (isl + osl)",
-            [],
-            bev.api_usd_per_mtok,
-            "$/M tokens",
-        ),
-        step(
-            "crossing_tokens_per_month",
-            "n* = max(1, ceil(s*K / (p*v_r - K))); V* = max((n*-1)*v_r, (n*+s)*K/p)",
-            [
-                q("v_r", v_r, "tokens/month per replica"),
-                q("K", k_month, "$/month per replica"),
-                q("s (spare + warm)", fixed, "replicas"),
-                q("p", bev.api_usd_per_mtok, "$/M"),
-            ],
-            bev.crossing_tokens_per_month,
-            "tokens/month",
-        ),
-        step(
-            "utilization_to_win",
-            "(usd_per_replica_hour / 3600 / capacity_tok_s) / p",
-            [],
-            bev.utilization_to_win,
-            "",
-        ),
-        step(
-            "hybrid_selfhost_replicas",
-            "argmin_R (R + s[R>0]) * K + API cost of overflow",
-            [q("api_token_share", bev.hybrid.api_token_share, "")],
-            bev.hybrid.selfhost_replicas,
-            "replicas",
-        ),
+            load,
+            "req/s per replica",
+            "the percentiles below are at this load",
+        )
+        if rate > 0
+        else step("load_rps_per_replica", "no replica meets the SLO", [], 0.0, "", kind="model"),
+        *[
+            step(
+                f"{name}_ms_{pct}",
+                f"{pct} of {name.upper()} at the load per replica (analytic)",
+                [q(key, value, "ms") for key, value in row[name].items()],
+                row[name][pct],
+                "ms",
+                kind="model",
+            )
+            for name in ("ttft", "tpot")
+        ],
     ]

@@ -2,10 +2,20 @@
 
 A ``Step`` is ``name = formula`` evaluated on named ``Quantity`` inputs, giving ``value`` in
 ``unit``. Steps are plain frozen dataclasses (JSON-ready via ``as_dict``).
+
+Kinds. A ``formula`` step's formula is a Python expression over its input names (and
+``ceil``, ``floor``, ``min``, ``max``, ``sqrt``, ``log``, ``exp``): ``evaluate(step)`` recomputes
+its value from the listed inputs, and a test does so for every formula step the chain emits,
+so what a reviewer reads is what the code computed. Other kinds name a procedure that is not a
+closed form: ``search`` (a bisection over a monotone function, the inputs are its bounds and
+targets), ``simulation`` (the discrete-event simulator), ``model`` (a vectorized stage of the
+core whose formula is written out in words; its module's docstring has the equations).
 """
 
 from __future__ import annotations
 
+import ast
+import math
 from dataclasses import asdict, dataclass
 
 
@@ -16,6 +26,9 @@ class Quantity:
     unit: str
 
 
+KINDS = ("formula", "search", "simulation", "model")
+
+
 @dataclass(frozen=True)
 class Step:
     name: str
@@ -24,9 +37,64 @@ class Step:
     value: float | str
     unit: str
     note: str = ""
+    kind: str = "formula"
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+_FUNCTIONS = {
+    "ceil": math.ceil,
+    "floor": math.floor,
+    "min": min,
+    "max": max,
+    "sqrt": math.sqrt,
+    "log": math.log,
+    "exp": math.exp,
+    "inf": math.inf,
+}
+
+
+def evaluate(formula: str, inputs) -> float:
+    """Value of a formula step's expression on its inputs (a sequence of ``Quantity`` or of
+    their dicts). Only arithmetic and the functions above; names are the inputs' names."""
+    names = {}
+    for item in inputs:
+        name, value = (
+            (item["name"], item["value"]) if isinstance(item, dict) else (item.name, item.value)
+        )
+        names[name] = value
+    tree = ast.parse(formula, mode="eval")
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED_NODES):
+            raise ValueError(f"not a plain formula: {type(node).__name__} in {formula!r}")
+    code = compile(tree, "<formula>", "eval")
+    return float(eval(code, {"__builtins__": {}}, {**_FUNCTIONS, **names}))  # noqa: S307
+
+
+_ALLOWED_NODES = (
+    ast.Expression,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.Call,
+    ast.Name,
+    ast.Load,
+    ast.Constant,
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+    ast.Div,
+    ast.Pow,
+    ast.USub,
+    ast.FloorDiv,
+    ast.Mod,
+    ast.IfExp,
+    ast.Compare,
+    ast.Gt,
+    ast.GtE,
+    ast.Lt,
+    ast.LtE,
+)
 
 
 def q(name: str, value: float | str, unit: str) -> Quantity:
@@ -35,8 +103,15 @@ def q(name: str, value: float | str, unit: str) -> Quantity:
 
 
 def step(
-    name: str, formula: str, inputs: list[Quantity], value: float | str, unit: str, note: str = ""
+    name: str,
+    formula: str,
+    inputs: list[Quantity],
+    value: float | str,
+    unit: str,
+    note: str = "",
+    kind: str = "formula",
 ) -> Step:
-    return Step(
-        name, formula, tuple(inputs), value if isinstance(value, str) else float(value), unit, note
-    )
+    """A derivation step; ``kind`` says whether ``formula`` evaluates (see the module doc)."""
+    assert kind in KINDS, kind
+    value = value if isinstance(value, str) else float(value)
+    return Step(name, formula, tuple(inputs), value, unit, note, kind)

@@ -103,7 +103,8 @@ def test_plan_examples_rank_and_recommend(catalog):
     assert result["rows"][0]["rank"] == 1 and result["rows"][0]["meets_slo"]
     per_gpu = {entry["gpu"]: entry for entry in result["per_gpu"]}
     assert set(per_gpu) == {"h100_sxm", "h200_sxm", "b200", "l40s"}
-    best = per_gpu["h100_sxm"]["recommended"]
+    best = per_gpu["h100_sxm"]["row"]
+    assert per_gpu["h100_sxm"]["recommended"] == best["candidate_key"]
     assert best["usd_per_month"] == pytest.approx(best["usd_per_hour"] * 730)
     table = io.StringIO()
     call_command("plan", str(ROOT / "examples" / "chat-llama70b.json"), stdout=table)

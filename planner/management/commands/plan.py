@@ -1,8 +1,9 @@
-"""`python manage.py plan SCENARIO.json [--json] [--simulate-tails]`: the ranked comparison.
+"""`python manage.py plan SCENARIO.json [--json] [--no-tails]`: the ranked comparison.
 
-``--simulate-tails`` re-sizes the two leading candidates per GPU (12 at most) on simulated
-p50/p95/p99 latencies, as a sizing run does. It is off by default: it costs ~1-3 s per
-simulated candidate (~10 s for the examples, against ~1.5 s for the mean-value plan).
+The same pipeline as a sizing run (``planner.pipeline``): every candidate is sized with the
+analytic percentile model, the ones that can be the cheapest per GPU are simulated
+(bound-and-prune), and only simulated rows are recommended. ``--no-tails`` skips the
+simulations (every row analytic, as a run with ``SIZING_SIMULATE_TAILS`` off).
 """
 
 import json
@@ -22,8 +23,8 @@ COLUMNS = [  # header, key, format
     ("GPUs", "gpus", "{}"),
     ("TTFT ms", "ttft_ms", "{:.0f}"),
     ("TPOT ms", "tpot_ms", "{:.1f}"),
-    ("TTFT p95", "ttft_ms_p95", "{:.0f}"),
-    ("TPOT p95", "tpot_ms_p95", "{:.1f}"),
+    ("at", "latency_statistic", "{}"),
+    ("source", "latency_source", "{}"),
     ("$/hour", "usd_per_hour", "{:,.2f}"),
     ("$/month", "usd_per_month", "{:,.0f}"),
     ("$/M tok", "usd_per_mtok", "{:.3f}"),
@@ -47,15 +48,20 @@ class Command(BaseCommand):
         )
         parser.add_argument("--top", type=int, default=15, help="rows in the table (default 15)")
         parser.add_argument(
+            "--no-tails",
+            action="store_true",
+            help="skip the tail simulations: analytic percentiles for every row",
+        )
+        parser.add_argument(
             "--simulate-tails",
             action="store_true",
-            help="size the leading candidates on simulated p95/p99 latencies (~10 s)",
+            help="(the default; kept for old scripts)",
         )
 
-    def handle(self, *args, scenario, as_json: bool, top: int, simulate_tails: bool, **options):
+    def handle(self, *args, scenario, as_json: bool, top: int, no_tails: bool, **options):
         document = self._read(scenario)
         try:
-            result = plan_document(document, simulate_tails=simulate_tails)
+            result = plan_document(document, simulate_tails=not no_tails)
         except PlanInputError as exc:
             raise CommandError(f"{scenario}: {exc}") from exc
         if as_json:
@@ -79,7 +85,7 @@ class Command(BaseCommand):
             write(f"Prices: {sheet['name']} v{sheet['version']}")
         write("\nCheapest option meeting the SLOs, per GPU:")
         for entry in result["per_gpu"]:
-            best = entry["recommended"]
+            best = entry["row"]
             if best is None:
                 write(f"  {entry['gpu_name']}: none — {entry['why_none']}")
                 continue
@@ -91,11 +97,15 @@ class Command(BaseCommand):
                 line += best["derivation"].get("price_note", "no price")
             else:
                 line += f"${best['usd_per_month']:,.0f}/month, ${best['usd_per_mtok']:.3f}/M tokens"
-            if entry.get("latency_source") == "simulated":
-                line += (
-                    f"; simulated p95 TTFT {best['ttft_ms_p95']:.0f} ms, "
-                    f"TPOT {best['tpot_ms_p95']:.1f} ms"
-                )
+            line += (
+                f"; {best['latency_source']} {best['latency_statistic']} TTFT "
+                f"{best['ttft_ms']:.0f} ms, TPOT {best['tpot_ms']:.1f} ms"
+            )
+            band = entry.get("band")
+            if band:
+                low, high = band["replicas"]
+                line += f"; band {low}-{high} replicas"
+            line += f"; profile {best['profile']}"
             breakeven = (best.get("derivation") or {}).get("breakeven")
             if breakeven and breakeven.get("crossing_tokens_per_month"):
                 line += (

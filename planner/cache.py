@@ -1,0 +1,23 @@
+"""The simulation cache: finished tail searches by the hash of their inputs."""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+
+from planner.models import SimulationCache
+
+
+class DatabaseCache:
+    """``get(key)`` / ``put(key, value)`` over ``SimulationCache`` rows. A lost race on
+    ``put`` is harmless: both writers computed the same seeded result."""
+
+    def get(self, key: str) -> dict | None:
+        row = SimulationCache.objects.filter(key=key).only("result").first()
+        return row.result if row else None
+
+    def put(self, key: str, value: dict) -> None:
+        try:
+            with transaction.atomic():
+                SimulationCache.objects.get_or_create(key=key, defaults={"result": value})
+        except IntegrityError:
+            pass

@@ -1,0 +1,266 @@
+"""The run's logic, one implementation for every door (a Celery run, ``manage.py plan``).
+
+1. ``runner.size_candidates``: every candidate through the chain with the analytic
+   percentile model (vectorized), each with an optimistic bound on its cost.
+2. Rounds of ``next_to_simulate`` -> ``simulate`` (bound-and-prune per GPU SKU): each round
+   simulates, per GPU, the cheapest analytic candidate not simulated yet whose bound could
+   still beat that GPU's best simulated option; a round with nothing to do ends the search.
+   The choice depends only on rows' own numbers, and each simulated row only on its own
+   inputs (``tails.cache_key`` seeds it), so a run, a rerun and ``plan`` simulate the same
+   candidates and get the same numbers.
+3. ``finish``: rows that were never simulated are marked "not evaluated" (their values
+   cleared: they have no answer, only a bound that cannot win), every row is ranked, and each
+   GPU's recommendation is its cheapest *simulated* row meeting the SLO. With tails off
+   (``SIZING_SIMULATE_TAILS``, ``plan --no-tails``) every row keeps its analytic sizing and
+   the recommendation says so.
+
+A Celery run spreads each round over the workers (a chord of ``simulate_candidate`` tasks);
+``plan`` loops in-process. Both call these functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from planner import runner, tails
+
+#: Candidates simulated per GPU SKU in one round (rounds run one after the other; the GPUs
+#: of a round run in parallel on the workers).
+PER_ROUND = 1
+#: At most this many simulated candidates per GPU: past it the rest are "not evaluated".
+MAX_SIMULATED_PER_GPU = 6
+VALUE_FIELDS = (
+    "ttft_ms",
+    "tpot_ms",
+    "ttft_ms_p50",
+    "ttft_ms_p95",
+    "ttft_ms_p99",
+    "tpot_ms_p50",
+    "tpot_ms_p95",
+    "tpot_ms_p99",
+    "throughput_tok_s",
+    "usd_per_hour",
+    "usd_per_month",
+    "usd_per_mtok",
+    "tokens_per_usd",
+    "headroom",
+)
+
+
+def is_simulated(row: dict) -> bool:
+    return row.get("latency_source") == "simulated"
+
+
+def _metric(row: dict) -> tuple[float, float]:
+    """What "cheaper" means: $/month, then GPUs (unpriced GPUs compare on GPUs alone)."""
+    usd = row.get("usd_per_month")
+    return (usd if usd is not None else math.inf, row.get("gpus") or math.inf)
+
+
+def _bound_metric(row: dict) -> tuple[float, float]:
+    bound = (row.get("derivation") or {}).get("bound")
+    if not bound:
+        return (math.inf, math.inf)
+    usd = bound.get("usd_per_month")
+    return (usd if usd is not None else math.inf, bound["gpus"])
+
+
+def _failed(row: dict) -> bool:
+    return bool((row.get("derivation") or {}).get("simulation_error"))
+
+
+def can_be_simulated(row: dict) -> bool:
+    """Fits, and at least one closed form says some rate can meet the SLO (else its bound is
+    None: ``runner.optimistic_bounds``)."""
+    return bool(row["fits"] and (row.get("derivation") or {}).get("bound"))
+
+
+def next_to_simulate(rows: list[dict]) -> list[str]:
+    """This round's candidate keys (see the module docstring)."""
+    by_gpu: dict[str, list[dict]] = {}
+    for row in rows:
+        by_gpu.setdefault(row["gpu_slug"], []).append(row)
+    picked: list[str] = []
+    for gpu_rows in by_gpu.values():
+        done = [r for r in gpu_rows if is_simulated(r) or _failed(r)]
+        if len(done) >= MAX_SIMULATED_PER_GPU:
+            continue
+        best = min((_metric(r) for r in done if r["meets_slo"]), default=(math.inf, math.inf))
+        open_rows = [
+            r
+            for r in gpu_rows
+            if can_be_simulated(r)
+            and not is_simulated(r)
+            and not _failed(r)
+            and _bound_metric(r) < best
+        ]
+        # cheapest analytic answer first; rows the analytic model fails go by their bound
+        open_rows.sort(
+            key=lambda r: (not r["meets_slo"], _metric(r), _bound_metric(r), r["candidate_key"])
+        )
+        room = MAX_SIMULATED_PER_GPU - len(done)
+        picked += [r["candidate_key"] for r in open_rows[: min(PER_ROUND, room)]]
+    return picked
+
+
+def simulate(inputs: dict, candidate_index: int, row: dict, cache=None) -> dict:
+    """The row re-sized on simulated tails (``cache``: get(key) / put(key, value) or None)."""
+    key = tails.cache_key(inputs, candidate_index)
+    found = cache.get(key) if cache is not None else None
+    if found is None:
+        analytic = row["derivation"].get("requests_per_s_per_replica") or 0.0
+        mean_value = (row["derivation"].get("mean_value") or {}).get("requests_per_s_per_replica")
+        warm = analytic > 0
+        found = tails.search(inputs, candidate_index, analytic or mean_value or 0.0, warm, key)
+        if cache is not None:
+            cache.put(key, found)
+    values = tails.simulated_row(inputs, candidate_index, found)
+    values["derivation"]["bound"] = row["derivation"].get("bound")
+    return values
+
+
+def simulate_or_reason(inputs: dict, candidate_index: int, row: dict, cache=None) -> dict:
+    """``simulate``, or on any error the analytic row with the reason recorded: it stays
+    unsimulated (never recommended), and the run goes on."""
+    try:
+        return simulate(inputs, candidate_index, row, cache)
+    except Exception as exc:  # noqa: BLE001 - a simulator bug must not fail the run
+        derivation = dict(row["derivation"])
+        derivation["simulation_error"] = f"{type(exc).__name__}: {exc}"[:500]
+        return {**row, "derivation": derivation}
+
+
+def search_rounds(inputs: dict, rows: list[dict], run_round: Callable[[list[str]], None]) -> int:
+    """In-process rounds until nothing is left to simulate; ``run_round(keys)`` updates
+    ``rows`` in place. Returns the number of simulated candidates."""
+    count = 0
+    while keys := next_to_simulate(rows):
+        run_round(keys)
+        count += len(keys)
+    return count
+
+
+def finish(rows: list[dict], tails_on: bool) -> tuple[list[dict], dict[str, str]]:
+    """Mark unevaluated rows, rank all, pick each GPU's recommendation.
+
+    Returns the rows best first (with ``rank`` and ``recommended`` set) and
+    {gpu_slug: recommended candidate key}.
+    """
+    if tails_on:
+        for row in rows:
+            if row["fits"] and not is_simulated(row) and can_be_simulated(row):
+                _not_evaluated(row, rows)
+    eligible = [r for r in rows if is_simulated(r) or not tails_on]
+    order, best = runner.rank_and_pick([{f: r[f] for f in runner.RANK_FIELDS} for r in eligible])
+    by_key = {r["candidate_key"]: r for r in rows}
+    rest = sorted(
+        (r for r in rows if r["candidate_key"] not in set(order)),
+        key=lambda r: (not r["fits"], not r["evaluated"], _bound_metric(r), r["candidate_key"]),
+    )
+    ranked = [by_key[k] for k in order] + rest
+    for rank, row in enumerate(ranked, start=1):
+        row["rank"] = rank
+        row["recommended"] = best.get(row["gpu_slug"]) == row["candidate_key"]
+    return ranked, best
+
+
+def _not_evaluated(row: dict, rows: list[dict]) -> None:
+    """Clear a pruned row's values and say why (its bound, and what it could not beat)."""
+    gpu_rows = [r for r in rows if r["gpu_slug"] == row["gpu_slug"] and is_simulated(r)]
+    best = min((_metric(r) for r in gpu_rows if r["meets_slo"]), default=None)
+    bound = row["derivation"]["bound"]
+    if _failed(row):
+        why = f"not evaluated: the simulation failed ({row['derivation']['simulation_error']})"
+    elif best is None or not _bound_metric(row) >= best:
+        why = (
+            f"not evaluated: the simulation budget for this GPU ({MAX_SIMULATED_PER_GPU} "
+            "candidates) was spent first"
+        )
+    else:
+        why = f"not evaluated: cannot beat {_money(best)} (its optimistic bound {_bound(bound)})"
+    for field in VALUE_FIELDS:
+        row[field] = None
+    row.update(
+        evaluated=False,
+        meets_slo=False,
+        replicas=0,
+        gpus=0,
+        reason=why,
+        binding_constraint="",
+        latency_source="analytic",
+    )
+
+
+def _money(metric: tuple[float, float]) -> str:
+    usd, gpus = metric
+    return f"${usd:,.0f}/month" if math.isfinite(usd) else f"{gpus:,.0f} GPUs"
+
+
+def _bound(bound: dict) -> str:
+    usd = bound.get("usd_per_month")
+    return f"${usd:,.0f}/month" if usd is not None else f"{bound['gpus']:,} GPUs"
+
+
+# ---------------------------------------------------------------------------- summary
+def summarize(inputs: dict, ranked: list[dict], best: dict[str, str], tails_on: bool) -> dict:
+    """The run's summary: per GPU its recommendation (with band, profile, latency source and
+    statistic, price note, break-even) or why there is none; ``ranked`` rows need full values
+    only for the recommended ones."""
+    by_key = {r["candidate_key"]: r for r in ranked}
+    per_gpu = []
+    for slug, name in inputs.get("gpu_names", {}).items():
+        row = by_key.get(best.get(slug, ""))
+        if row is None:
+            per_gpu.append(
+                {
+                    "gpu": slug,
+                    "gpu_name": name,
+                    "recommended": None,
+                    "why_none": runner.why_none(ranked, slug),
+                }
+            )
+            continue
+        per_gpu.append({"gpu": slug, "gpu_name": name, **recommendation(row)})
+    overall = next((r for r in ranked if r.get("recommended")), None)
+    return {
+        "candidates": len(ranked),
+        "meeting_slo": sum(bool(r["meets_slo"]) for r in ranked),
+        "fitting": sum(bool(r["fits"]) for r in ranked),
+        "simulated": sum(is_simulated(r) for r in ranked),
+        "not_evaluated": sum(not r.get("evaluated", True) for r in ranked),
+        "tails": "simulated" if tails_on else "analytic",
+        "best": overall["candidate_key"] if overall else None,
+        "per_gpu": per_gpu,
+        "price_sheet": inputs.get("price_sheet"),
+        "gpus_without_price": inputs.get("gpus_without_price", []),
+    }
+
+
+def recommendation(row: dict) -> dict:
+    """The fields a recommendation card, the API summary and the exports show, from one row
+    (the row's own values: never re-derived)."""
+    derivation = row.get("derivation") or {}
+    band = derivation.get("band")
+    return {
+        "recommended": row["candidate_key"],
+        "model": row["model_name"],
+        "precision": row["precision"],
+        "tp": row["tp"],
+        "gpus": row["gpus"],
+        "replicas": row["replicas"],
+        "usd_per_month": row["usd_per_month"],
+        "usd_per_hour": row["usd_per_hour"],
+        "usd_per_mtok": row["usd_per_mtok"],
+        "tokens_per_usd": row["tokens_per_usd"],
+        "ttft_ms": row["ttft_ms"],
+        "tpot_ms": row["tpot_ms"],
+        "ttft_ms_p95": row.get("ttft_ms_p95"),
+        "tpot_ms_p95": row.get("tpot_ms_p95"),
+        "latency_source": row.get("latency_source"),
+        "latency_statistic": row.get("latency_statistic"),
+        "profile": row.get("profile"),
+        "band": band,
+        "breakeven": derivation.get("breakeven"),
+        "price_note": derivation.get("price_note"),
+    }

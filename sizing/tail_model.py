@@ -1,0 +1,218 @@
+"""The analytic percentile model: tail latencies of a replica under open-loop Poisson load.
+
+The mean-value chain (``operating``) answers "what batch meets the *mean* latencies"; an SLO
+is stated at a percentile with a goodput target, and a replica fed by random arrivals sees a
+fluctuating batch and a prefill queue. This module predicts, in closed form and vectorized
+over candidates, the request rate per replica at which the SLO percentile and the goodput
+quantile are met, and the p50/p95/p99 of TTFT and TPOT at a given load. The discrete-event
+simulator (``simulate``) is the reference; the three tail constants below are fitted to it
+(``scripts/tail_agreement.py`` regenerates the fit and the agreement table in
+docs/tail-agreement.md).
+
+Per DP rank at rate ``lam`` (requests/s), prompts of mean ``isl``, outputs of mean ``osl``:
+
+- In flight (Little): ``N = lam * W(N)`` with ``W(N) = TTFT(N) + osl * TPOT(N)``; solved for N.
+  The mean TPOT at N sequences comes from ``operating.closed_loop`` (same step times).
+- TPOT at quantile q: the batch a request decodes in fluctuates around N; with Poisson
+  arrivals the count in service is close to Poisson(N), so its q-quantile is
+  ``N + a * z_q * sqrt(N)``; ``TPOT_q = TPOT(N + a z_q sqrt(N))`` (``a = tpot_spread``, below 1
+  because a request averages the fluctuation over its output).
+- TTFT at quantile q: own prefill ``ceil(isl_q / chunk) * t_mixed`` for the q-quantile prompt,
+  plus half a step of alignment, plus the wait behind other prompts. Prompt work arrives as a
+  Poisson stream into a server of ``mu = (budget - decodes) / t_mixed`` tokens/s with load
+  ``rho = lam * isl / mu``; M/G/1's waiting time has the exponential tail
+  ``P(wait > t) ~ rho * exp(-theta t)``, ``theta = 2 (1 - rho) / (D (1 + cs^2))`` with service
+  ``D = isl / mu`` and ``cs^2`` the prompt-length variation, so
+  ``wait_q = max(ln(rho / (1 - q)), 0) / theta``, scaled by ``b = ttft_wait``;
+  ``c = ttft_base`` scales the own-prefill term.
+- The SLO is met at rate lam when ``TTFT_q <= TTFT_SLO`` and ``TPOT_q <= TPOT_SLO`` at the SLO
+  percentile and at the goodput quantile (the simulator's test: the request at the goodput
+  quantile of ``max(TTFT/SLO, TPOT/SLO)`` must meet both); ``q = max(percentile, goodput)``.
+  Both tails grow with N, so the largest N meeting them is found by bisection, and
+  ``lam* = N* / W(N*)`` (times DP for the instance).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import ndtri
+
+from sizing.candidates import CandidateArrays
+from sizing.memory import MemoryFit
+from sizing.operating import batch_limit, closed_loop
+from sizing.specs import Slo
+
+BISECTION_STEPS = 40  # on log N: 2^-40 of the range, far below a request's worth
+
+
+@dataclass(frozen=True)
+class TailConstants:
+    """The model's fitted terms (dimensionless) and where they come from."""
+
+    tpot_spread: float = 0.55
+    ttft_wait: float = 1.0
+    ttft_base: float = 1.0
+    source: str = "fit to the simulator on the grid of scripts/tail_agreement.py"
+
+
+DEFAULT_TAILS = TailConstants()
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Mean and p95 of prompt and output tokens (p95 None: every request the same)."""
+
+    isl_mean: float
+    osl_mean: float
+    isl_p95: float | None = None
+    osl_p95: float | None = None
+
+    def isl_sigma(self) -> float:
+        return _lognormal_sigma(self.isl_mean, self.isl_p95)
+
+    def isl_quantile(self, q: float) -> float:
+        """q-quantile of the prompt length (lognormal through mean and p95, as simulated)."""
+        sigma = self.isl_sigma()
+        if sigma == 0:
+            return self.isl_mean
+        mu = math.log(self.isl_mean) - 0.5 * sigma * sigma
+        return math.exp(mu + sigma * float(ndtri(q)))
+
+
+def _lognormal_sigma(mean: float, p95: float | None) -> float:
+    if p95 is None or p95 <= mean:
+        return 0.0
+    z = 1.6448536269514722
+    disc = z * z - 2.0 * math.log(p95 / mean)
+    return z - math.sqrt(max(disc, 0.0))
+
+
+@dataclass(frozen=True)
+class TailPoint:
+    """Per candidate at one load (arrays of n; seconds; rates per instance)."""
+
+    rate_rps: np.ndarray
+    in_flight: np.ndarray  # mean sequences per DP rank
+    ttft_s: dict[float, np.ndarray]  # quantile -> seconds
+    tpot_s: dict[float, np.ndarray]
+    prefill_rho: np.ndarray
+    stable: np.ndarray  # bool: the load is below the replica's saturation
+
+
+class TailModel:
+    """Tail latencies of n candidates (rows of ``c``) under open-loop Poisson arrivals."""
+
+    def __init__(
+        self,
+        c: CandidateArrays,
+        fit: MemoryFit,
+        lengths: Lengths,
+        constants: TailConstants = DEFAULT_TAILS,
+    ):
+        self.c, self.fit, self.lengths, self.k = c, fit, lengths, constants
+        n = len(c)
+        self.n_max = np.maximum(np.floor(batch_limit(c, fit) / c.dp), 1.0)  # per rank
+        self.isl = np.full(n, float(lengths.isl_mean))
+        self.osl = np.full(n, max(float(lengths.osl_mean), 1.0))
+        sigma = lengths.isl_sigma()
+        self.isl_cs2 = math.exp(sigma * sigma) - 1.0
+
+    # ------------------------------------------------------------------ building blocks
+    def _mean(self, n_rank: np.ndarray):
+        """Mean-value step times at ``n_rank`` sequences per DP rank."""
+        return closed_loop(self.c, self.fit, self.isl, self.osl, n_rank * self.c.dp)
+
+    def _at(self, n_rank: np.ndarray, quantiles: tuple[float, ...]):
+        """Rate, tails and prefill load with N = ``n_rank`` in flight per rank."""
+        n_rank = np.clip(n_rank, 1e-6, self.n_max)
+        op = self._mean(np.maximum(n_rank, 1.0))
+        t_mixed = op.mixed_step.step_s
+        budget = self.c.max_num_batched_tokens
+        room = np.maximum(budget - op.decode_seqs_per_step, 1.0)  # prompt tokens per step
+        mu_tokens = room / t_mixed
+        ttft_mean = self._ttft(op, n_rank, 0.5, lam=None)
+        w = ttft_mean + self.osl * op.tpot_s
+        lam = n_rank / w  # per rank (Little)
+        rho = lam * self.isl / mu_tokens
+        ttft = {q: self._ttft(op, n_rank, q, lam, rho, mu_tokens) for q in quantiles}
+        tpot = {q: self._tpot(n_rank, q) for q in quantiles}
+        return lam, ttft, tpot, rho
+
+    def _ttft(self, op, n_rank, q, lam, rho=None, mu_tokens=None) -> np.ndarray:
+        """Own prefill of the q-quantile prompt + half a step + the prefill queue's q-wait."""
+        isl_q = self.lengths.isl_quantile(q) if q != 0.5 else self.lengths.isl_mean
+        chunk = np.maximum(op.chunk_tokens, 1.0)
+        t_mixed = op.mixed_step.step_s
+        own = self.k.ttft_base * np.ceil(isl_q / chunk) * t_mixed + 0.5 * op.pure_step.step_s
+        if lam is None:
+            return own
+        rho_c = np.minimum(rho, 0.999)
+        service_s = self.isl / mu_tokens
+        theta = 2.0 * (1.0 - rho_c) / (service_s * (1.0 + self.isl_cs2))
+        with np.errstate(divide="ignore"):
+            wait = np.maximum(np.log(rho_c / (1.0 - q)), 0.0) / theta
+        return own + self.k.ttft_wait * wait
+
+    def _tpot(self, n_rank: np.ndarray, q: float) -> np.ndarray:
+        z = float(ndtri(q))
+        n_q = np.minimum(n_rank + self.k.tpot_spread * z * np.sqrt(n_rank), self.n_max)
+        return self._mean(np.maximum(n_q, 1.0)).tpot_s
+
+    # ------------------------------------------------------------------ answers
+    def max_rate(self, slo: Slo) -> tuple[np.ndarray, np.ndarray]:
+        """Highest Poisson rate per instance (req/s) meeting the SLO percentile and goodput,
+        and what binds just above it (object array: ttft, tpot, throughput; '' for rows
+        that meet nothing, rate 0)."""
+        q = max(slo.percentile / 100.0, slo.goodput_target)
+        ttft_slo, tpot_slo = slo.ttft_ms / 1e3, slo.tpot_ms / 1e3
+
+        def meets(n_rank):
+            lam, ttft, tpot, rho = self._at(n_rank, (q,))
+            ok = (ttft[q] <= ttft_slo) & (tpot[q] <= tpot_slo) & (rho < 1.0)
+            return ok, lam, ttft[q] > ttft_slo
+
+        low = np.full(len(self.c), 1e-3)
+        high = self.n_max.copy()
+        ok_low, _, _ = meets(low)
+        ok_high, lam_high, _ = meets(high)
+        lo, hi = np.log(low), np.log(high)
+        for _ in range(BISECTION_STEPS):
+            mid = 0.5 * (lo + hi)
+            ok_mid, _, _ = meets(np.exp(mid))
+            lo = np.where(ok_mid, mid, lo)
+            hi = np.where(ok_mid, hi, mid)
+        ok_n, lam_n, _ = meets(np.exp(lo))
+        _, _, ttft_binds = meets(np.exp(hi))
+        lam = np.where(ok_high, lam_high, np.where(ok_low & ok_n, lam_n, 0.0))
+        binding = np.where(ttft_binds, "ttft", "tpot").astype(object)
+        binding = np.where(ok_high, "throughput", binding)
+        binding = np.where(ok_low, binding, np.where(ttft_binds, "ttft", "tpot"))
+        fits = self.fit.fits
+        return np.where(fits, lam * self.c.dp, 0.0), np.where(fits, binding, "")
+
+    def at_rate(self, rate_rps: np.ndarray, quantiles=(0.5, 0.95, 0.99)) -> TailPoint:
+        """Tails at ``rate_rps`` per instance (bisection on N for ``N / W(N) = rate``)."""
+        target = np.asarray(rate_rps, dtype=np.float64) / self.c.dp
+        lam_max, _, _, _ = self._at(self.n_max, ())
+        stable = (target < lam_max) & self.fit.fits
+        lo = np.full(len(self.c), np.log(1e-6))
+        hi = np.log(self.n_max)
+        for _ in range(BISECTION_STEPS):
+            mid = 0.5 * (lo + hi)
+            lam, _, _, _ = self._at(np.exp(mid), ())
+            below = lam < target
+            lo = np.where(below, mid, lo)
+            hi = np.where(below, hi, mid)
+        n_rank = np.exp(hi)
+        lam, ttft, tpot, rho = self._at(n_rank, tuple(quantiles))
+        return TailPoint(
+            rate_rps=lam * self.c.dp,
+            in_flight=n_rank,
+            ttft_s=ttft,
+            tpot_s=tpot,
+            prefill_rho=rho,
+            stable=stable,
+        )

@@ -1,0 +1,284 @@
+"""Search for the highest Poisson rate one replica serves within its SLO, by simulation.
+
+One candidate's replica is simulated (open-loop Poisson arrivals at the scenario's length
+distributions, prefix cache included) to find the highest request rate whose TTFT/TPOT
+percentiles and goodput meet the SLO, by a safeguarded bisection in log rate. Every
+simulation of a candidate uses one seed derived from its key (common random numbers:
+``meets(rate)`` is monotone in practice and a rerun reproduces the numbers exactly).
+Pure core: no Django; ``planner.tails`` turns the answer into a result row.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from sizing.memory import fit_memory
+from sizing.operating import closed_loop
+from sizing.simulate import (
+    EXACT_BELOW,
+    GRID_PER_OCTAVE,
+    PREFILL_GRID_PER_OCTAVE,
+    LengthDist,
+    SimResult,
+    StepTimer,
+    Workload,
+    engine_for,
+    meets_slo,
+    simulate,
+)
+
+#: Requests per simulation: the p99 of 1,350 measured requests rests on ~14 samples, enough to
+#: rank candidates while one bisection stays near a second.
+SIM_REQUESTS = 1500
+WARMUP_SHARE = 0.1  # first 10 % of requests fill the engine and are left out of statistics
+REL_TOL = 0.05  # bisection stops when high / low < 1.05 (5 % on the rate, ~1 replica in 20)
+UPPER_OVER_MAX_THROUGHPUT = 1.2  # rates above the closed-loop max throughput only queue
+MAX_PROBES = 12  # simulations per search at most (a safeguard; ~4 are typical)
+MAX_STEP_DOWN = 8  # below 1/8 of the mean-value rate a replica is near idle: give up there
+#: First probe, as a share of the mean-value rate: the simulated rate came out 0.3-1.1x of
+#: it on the examples (median ~0.7): tails and goodput cost capacity that means hide.
+START_OVER_MEAN_VALUE = 0.7
+#: Warm start from the analytic model: the first probe half a tolerance window below it.
+WARM_START_SHARE = 1 / (1 + REL_TOL) ** 0.5
+
+
+# ============================================================================ simulation
+def seed_for(candidate_key: str) -> int:
+    """A stable seed per candidate (``hash()`` is salted per process; crc32 is not)."""
+    return zlib.crc32(candidate_key.encode())
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One simulation of the search: the rate, the verdict and how far from the SLO."""
+
+    rate_rps: float
+    meets: bool
+    score: float  # worst of (percentile / SLO) and the goodput quantile's ratio; <= 1 meets
+    ttft_ms_at_percentile: float
+    tpot_ms_at_percentile: float
+    goodput: float
+    ttft_miss_share: float
+    tpot_miss_share: float
+
+
+@dataclass(frozen=True)
+class RateFound:
+    rate_rps: float  # 0 when no rate meets the SLO
+    low_rps: float
+    high_rps: float
+    upper_rps: float
+    probes: tuple[Probe, ...]
+    binding: str  # what fails just above the rate: ttft, tpot or throughput
+
+
+class RunLengthStepTimer(StepTimer):
+    """``StepTimer`` with the same grid and memo that remembers the last cell it served.
+
+    At low load a replica decodes alone for hundreds of steps while the context grows by one
+    token a step, so consecutive steps fall in the same 1/64-octave cell; the parent
+    recomputes three logarithm keys per step (~1.7 us, half the simulation's time there).
+    Here a step with the same prefill inputs and a context strictly inside the last cell's
+    interval reuses that row; anything else goes through the parent, so every step time is
+    the one the parent returns (a test checks runs are identical).
+    """
+
+    def __init__(self, c, max_decodes: int):
+        super().__init__(c, max_decodes)
+        self._last: tuple[float, float, float, float, list[float]] | None = None
+
+    def step_s(self, n_dec: int, ctx_mean: float, pre: float, p_eq: float) -> float:
+        last = self._last
+        if last is not None and pre == last[0] and p_eq == last[1] and last[2] < ctx_mean < last[3]:
+            return last[4][n_dec]
+        value = super().step_s(n_dec, ctx_mean, pre, p_eq)
+        key = (
+            self._key(ctx_mean, GRID_PER_OCTAVE),
+            self._key(pre, PREFILL_GRID_PER_OCTAVE),
+            self._key(p_eq, PREFILL_GRID_PER_OCTAVE),
+        )
+        low, high = _context_cell(key[0])
+        self._last = (pre, p_eq, low, high, self.rows[key])
+        return value
+
+
+def _context_cell(k: int) -> tuple[float, float]:
+    """Open interval of contexts that surely map to key ``k`` (a hair inside the rounding
+    edges, where float ties could go either way)."""
+    if k <= EXACT_BELOW:
+        return k - 0.49, min(k + 0.49, EXACT_BELOW)
+    m = k - EXACT_BELOW - 1
+    low = max(2.0 ** ((m - 0.49) / GRID_PER_OCTAVE), EXACT_BELOW + 1e-9)
+    return low, 2.0 ** ((m + 0.49) / GRID_PER_OCTAVE)
+
+
+class Replica:
+    """One candidate's replica with its workload: ``run(rate)`` simulates it (shared engine
+    limits and step-time memo across the search, which is most of the cost saved)."""
+
+    def __init__(self, c, isl: LengthDist, osl: LengthDist, traffic, slo, seed: int):
+        self.c, self.isl, self.osl, self.slo, self.seed = c, isl, osl, slo, seed
+        self.traffic = traffic
+        self.engine = engine_for(c, isl.mean, osl.mean)
+        self.timer = RunLengthStepTimer(c, self.engine.max_num_seqs)
+
+    def run(self, rate_rps: float) -> SimResult:
+        workload = Workload(
+            self.isl,
+            self.osl,
+            requests=SIM_REQUESTS,
+            rate_rps=rate_rps,
+            shared_prefix_tokens=self.traffic.shared_prefix_tokens,
+            prefix_hit_rate=self.traffic.prefix_hit_rate,
+            warmup_requests=int(SIM_REQUESTS * WARMUP_SHARE),
+            seed=self.seed,
+        )
+        return simulate(self.c, workload, self.engine, self.timer)
+
+    def probe(self, rate_rps: float) -> Probe:
+        r = self.run(rate_rps)
+        s = self.slo
+        ttft_ratio = r.ttft_s[r.measured] * 1e3 / s.ttft_ms
+        tpot_ratio = np.nan_to_num(r.tpot_s[r.measured]) * 1e3 / s.tpot_ms
+        worst = np.maximum(ttft_ratio, tpot_ratio)
+        score = max(
+            float(np.percentile(ttft_ratio, s.percentile)),
+            float(np.percentile(tpot_ratio, s.percentile)),
+            # the request at the goodput quantile, as ``goodput()`` counts (no interpolation)
+            float(np.quantile(worst, s.goodput_target, method="inverted_cdf")),
+        )
+        ttft, tpot = _at_percentile_ms(r, s.percentile)
+        return Probe(
+            rate_rps=rate_rps,
+            meets=meets_slo(r, s.ttft_ms, s.tpot_ms, s.percentile, s.goodput_target),
+            score=score,
+            ttft_ms_at_percentile=ttft,
+            tpot_ms_at_percentile=tpot,
+            goodput=r.goodput(s.ttft_ms / 1e3, s.tpot_ms / 1e3),
+            ttft_miss_share=float(np.mean(ttft_ratio > 1)),
+            tpot_miss_share=float(np.mean(tpot_ratio > 1)),
+        )
+
+
+def _at_percentile_ms(r: SimResult, percentile: float) -> tuple[float, float]:
+    """TTFT and TPOT (ms) at ``percentile`` over measured requests (TPOT of 1 token is 0,
+    as ``meets_slo`` counts it)."""
+    ttft = r.ttft_s[r.measured] * 1e3
+    tpot = np.nan_to_num(r.tpot_s[r.measured]) * 1e3
+    if ttft.size == 0:
+        return math.nan, math.nan
+    return float(np.percentile(ttft, percentile)), float(np.percentile(tpot, percentile))
+
+
+def _binding(fail: Probe | None, slo) -> str:
+    """The SLO the lowest failing rate broke: a percentile over its limit, else (goodput)
+    the latency that more requests missed."""
+    if fail is None:
+        return "throughput"
+    if fail.ttft_ms_at_percentile > slo.ttft_ms:
+        return "ttft"
+    if fail.tpot_ms_at_percentile > slo.tpot_ms:
+        return "tpot"
+    return "ttft" if fail.ttft_miss_share >= fail.tpot_miss_share else "tpot"
+
+
+def _estimate(probes: list[Probe]) -> float | None:
+    """Rate where the score crosses 1, on the line in log-log through the two probes nearest
+    the SLO (a secant: they bracket the knee best); one probe assumes score ~ rate. None when
+    the scores do not rise with the rate (no slope to follow)."""
+    near = sorted(
+        {p.rate_rps: p for p in probes if p.score > 0}.values(),
+        key=lambda p: abs(math.log(p.score)),
+    )
+    if not near:
+        return None
+    if len(near) == 1:
+        return near[0].rate_rps / near[0].score
+    a, b = near[0], near[1]
+    slope = math.log(b.score / a.score) / math.log(b.rate_rps / a.rate_rps)
+    if not slope > 0.05:
+        return None
+    return a.rate_rps * math.exp(-math.log(a.score) / slope)
+
+
+def max_rate_rps(
+    replica: Replica, hint_rps: float, upper_rps: float, warm: bool = False
+) -> RateFound:
+    """Highest rate meeting the SLO percentiles and goodput (req/s per replica).
+
+    A safeguarded bisection in log rate: each probe's distance from the SLO (``score``)
+    places the next one where a secant through the probes nearest the SLO crosses it; once
+    that estimate sits within the tolerance of a bracket end, the probe goes to the far edge
+    of the tolerance window, so one more verdict closes the bracket; plain halving takes over
+    when the secant says nothing useful. It starts at ``START_OVER_MEAN_VALUE`` of the
+    mean-value rate ``hint_rps`` and stops when ``high / low < 1 + REL_TOL``: ~4 simulations
+    where halving from a 2x bracket takes ~6, which is most of the time per candidate.
+
+    ``warm``: ``hint_rps`` is the analytic percentile model's rate (``sizing.tail_model``,
+    fitted to this simulator), so the first probe sits just under it and the second just
+    across the tolerance window: when the model is within ~2.5 % two simulations close the
+    bracket; otherwise the search goes on as above.
+    """
+    probes: list[Probe] = []
+    floor_rps = hint_rps / MAX_STEP_DOWN if hint_rps > 0 else upper_rps * 1e-3
+    lo: Probe | None = None
+    hi: Probe | None = None
+    start = WARM_START_SHARE if warm else START_OVER_MEAN_VALUE
+    x = min(hint_rps * start, upper_rps) if hint_rps > 0 else upper_rps / 4
+    while len(probes) < MAX_PROBES:
+        p = replica.probe(x)
+        probes.append(p)
+        if p.meets:
+            lo = p
+        else:
+            hi = p
+        if lo is not None and lo.rate_rps >= upper_rps:
+            break  # the ceiling itself meets the SLO
+        if lo is not None and hi is not None and hi.rate_rps / lo.rate_rps <= 1 + REL_TOL:
+            break
+        if warm and len(probes) == 1:
+            step_factor = (1 + REL_TOL) / 1.002  # a hair inside the window: one verdict closes
+            x = min(x * step_factor, upper_rps) if p.meets else x / step_factor
+            continue
+        x = _next_rate(lo, hi, probes, upper_rps, floor_rps)
+        if x is None:
+            break  # failing down near an idle replica: no rate meets the SLO
+    rate = lo.rate_rps if lo is not None else 0.0
+    high = hi.rate_rps if hi is not None else upper_rps
+    binding = "throughput" if hi is None else _binding(hi, replica.slo)
+    return RateFound(rate, rate, high, upper_rps, tuple(probes), binding)
+
+
+def _next_rate(lo, hi, probes, upper_rps: float, floor_rps: float) -> float | None:
+    """The next rate to simulate (see ``max_rate_rps``), or None to give up."""
+    estimate = _estimate(probes)
+    window = 1 + REL_TOL
+    if lo is None:  # everything failed so far: step down (at most 4x a probe) to the floor
+        if hi.rate_rps <= floor_rps * (1 + 1e-9) or (estimate is not None and estimate < floor_rps):
+            return None
+        guess = estimate / window if estimate else hi.rate_rps / 4
+        return min(max(guess, hi.rate_rps / 4, floor_rps), hi.rate_rps / 1.25)
+    if hi is None:  # everything met so far: step up (at most 4x a probe) to the ceiling
+        guess = estimate * window if estimate else lo.rate_rps * 2
+        return min(max(guess, lo.rate_rps * 1.25), lo.rate_rps * 4, upper_rps)
+    a, b = lo.rate_rps, hi.rate_rps
+    same_side_twice = len(probes) > 2 and probes[-1].meets == probes[-2].meets
+    if estimate is None or not a < estimate < b or (same_side_twice and b / a > 1.5):
+        estimate = math.sqrt(a * b)
+    edge = 1.002  # stay a hair inside the window so the stop test passes
+    if estimate / a < window:
+        return a * window / edge  # a failure here closes the bracket
+    if b / estimate < window:
+        return b / window * edge  # a success here closes the bracket
+    return estimate
+
+
+def upper_rps(c, isl_mean: float, osl_mean: float) -> float:
+    """1.2x the closed-loop request rate at the largest batch that fits (req/s)."""
+    fit = fit_memory(c, np.array([isl_mean + osl_mean]))
+    op = closed_loop(c, fit, isl_mean, osl_mean, np.nan)
+    return UPPER_OVER_MAX_THROUGHPUT * float(op.requests_per_s[0])
