@@ -69,9 +69,7 @@ def test_derivation_numbers_are_the_outputs():
     assert d["max_concurrency"].value == r.max_concurrency[i]
     assert d["mean_tpot_ms"].value == pytest.approx(r.tpot_ms[i])
     assert d["mean_ttft_ms"].value == pytest.approx(r.ttft_ms[i])
-    assert d["mean_value_output_tok_s_per_replica"].value == pytest.approx(
-        r.total_output_tok_s[i]
-    )
+    assert d["mean_value_output_tok_s_per_replica"].value == pytest.approx(r.total_output_tok_s[i])
     # and each formula step's result follows from its own inputs
     for s in d.values():
         if s.kind == "formula":
