@@ -4,9 +4,11 @@
         python bench/scenarios.py [--repeats 5] [--json]
 
 1. A typical scenario (3 models x 4 GPUs x 3 precisions x the valid TP choices) from
-   ``sizing_run_start`` to saved results, with one worker: median and max seconds.
-2. A ~1,000-candidate sweep (10 models x 10 GPUs x 3 precisions x valid TPs) with 1 worker
-   and with 2 workers: seconds, progress samples and the speed-up.
+   ``sizing_run_start`` to saved results with simulated tails (bound-and-prune rounds), with
+   one worker and with four: median and max seconds, cold (simulation cache emptied before
+   each run) and warm (the same inputs again, as a re-run or a shared link's refresh is).
+2. The ~1,200-candidate sweep (10 models x 10 GPUs x 3 precisions x valid TPs), cold, with
+   1 worker and with 2 workers.
 
 Loopback services only; bounded in count and time.
 """
@@ -121,6 +123,39 @@ def time_run(scenario, timeout_s: float = 600) -> tuple[float, list, int]:
     return time.perf_counter() - started, samples, run.candidate_count
 
 
+def clear_cache() -> None:
+    from planner.models import SimulationCache
+
+    SimulationCache.objects.all().delete()
+
+
+def measure(scenario, repeats: int, cold: bool) -> dict:
+    times, simulated = [], []
+    for _ in range(repeats):
+        if cold:
+            clear_cache()
+        elapsed, _, count = time_run(scenario)
+        times.append(elapsed)
+        run = scenario.runs.first()
+        simulated.append(run.summary.get("simulated", 0))
+    return {
+        "candidates": count,
+        "median_s": statistics.median(times),
+        "max_s": max(times),
+        "runs": len(times),
+        "simulated_per_run": statistics.median(simulated),
+    }
+
+
+def with_workers(count: int, job):
+    workers = start_workers(count)
+    try:
+        time.sleep(3)  # worker boot
+        return job()
+    finally:
+        stop(workers)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -130,67 +165,54 @@ def main() -> None:
     import django
 
     django.setup()
+    from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
+    from planner.services import scenario_create
     from tests.factories import scenario_data
 
     call_command("migrate", verbosity=0)
     call_command("load_catalog", verbosity=0)
+    settings.SIZING_SIMULATE_TAILS = True  # as in production: each snapshot carries it
     user, _ = get_user_model().objects.get_or_create(username="bench")
-    from planner.services import scenario_create
-
     typical = scenario_create(owner=user, data=scenario_data(**TYPICAL))
     sweep = scenario_create(owner=user, data=scenario_data(name="sweep", **SWEEP))
     out: dict = {}
-    workers = start_workers(1)
-    try:
-        time.sleep(3)  # worker boot
-        from django.conf import settings
 
+    def typical_job():
         time_run(typical)  # warm-up: imports, connections
-        for tails in (False, True):
-            settings.SIZING_SIMULATE_TAILS = tails  # each run's snapshot carries the choice
-            times = [time_run(typical)[0] for _ in range(args.repeats)]
-            out["typical_tails" if tails else "typical"] = {
-                "candidates": typical.runs.first().candidate_count,
-                "median_s": statistics.median(times),
-                "max_s": max(times),
-                "runs": len(times),
-            }
-        settings.SIZING_SIMULATE_TAILS = False  # the sweep measures the batch phase
-        one, samples_one, n_sweep = time_run(sweep)
-    finally:
-        stop(workers)
-    workers = start_workers(2)
-    try:
-        time.sleep(3)
-        two, samples_two, _ = time_run(sweep)
-    finally:
-        stop(workers)
-    out["sweep"] = {
-        "candidates": n_sweep,
-        "one_worker_s": one,
-        "two_workers_s": two,
-        "speedup": one / two,
-        "progress_one": samples_one[:: max(1, len(samples_one) // 8)],
-        "progress_two": samples_two[:: max(1, len(samples_two) // 8)],
-    }
+        return {
+            "cold": measure(typical, args.repeats, cold=True),
+            "warm": measure(typical, args.repeats, cold=False),
+        }
+
+    out["typical_1_worker"] = with_workers(1, typical_job)
+    out["typical_4_workers"] = with_workers(4, typical_job)
+    out["sweep_2_workers"] = with_workers(2, lambda: measure(sweep, 1, cold=True))
+    out["sweep_1_worker"] = with_workers(1, lambda: measure(sweep, 1, cold=True))
     if args.json:
         print(json.dumps(out, indent=2))
         return
-    s = out["sweep"]
-    for key, label in (("typical", "mean-value chain"), ("typical_tails", "with simulated tails")):
+    for key in ("typical_1_worker", "typical_4_workers"):
+        for kind in ("cold", "warm"):
+            t = out[key][kind]
+            print(
+                f"typical scenario ({t['candidates']} candidates, tails on, {kind} cache), "
+                f"{key.split('_', 1)[1].replace('_', ' ')}: median {t['median_s']:.2f} s, "
+                f"max {t['max_s']:.2f} s over {t['runs']} runs, "
+                f"{t['simulated_per_run']:.0f} simulated per run"
+            )
+    for key in ("sweep_1_worker", "sweep_2_workers"):
         t = out[key]
         print(
-            f"typical scenario ({t['candidates']} candidates, {label}), 1 worker: "
-            f"median {t['median_s']:.2f} s, max {t['max_s']:.2f} s over {t['runs']} runs"
+            f"sweep ({t['candidates']} candidates, tails on, cold cache), "
+            f"{key.split('_', 1)[1].replace('_', ' ')}: {t['median_s']:.2f} s, "
+            f"{t['simulated_per_run']:.0f} simulated"
         )
-    print(
-        f"sweep ({s['candidates']} candidates): 1 worker {s['one_worker_s']:.2f} s, "
-        f"2 workers {s['two_workers_s']:.2f} s, speed-up {s['speedup']:.2f}x"
-    )
-    print(f"progress samples (s, %) with 2 workers: {s['progress_two']}")
+    cold1 = out["typical_1_worker"]["cold"]["median_s"]
+    cold4 = out["typical_4_workers"]["cold"]["median_s"]
+    print(f"typical speed-up 1 -> 4 workers (cold): {cold1 / cold4:.2f}x")
 
 
 if __name__ == "__main__":

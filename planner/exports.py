@@ -27,6 +27,14 @@ COLUMNS: list[tuple[str, str]] = [  # header, attribute
     ("batch_sequences", "batch"),
     ("ttft_ms", "ttft_ms"),
     ("tpot_ms", "tpot_ms"),
+    ("latency_statistic", "latency_statistic"),
+    ("latency_source", "latency_source"),
+    ("ttft_ms_p50", "ttft_ms_p50"),
+    ("ttft_ms_p95", "ttft_ms_p95"),
+    ("ttft_ms_p99", "ttft_ms_p99"),
+    ("tpot_ms_p50", "tpot_ms_p50"),
+    ("tpot_ms_p95", "tpot_ms_p95"),
+    ("tpot_ms_p99", "tpot_ms_p99"),
     ("output_tok_s_per_replica", "throughput_tok_s"),
     ("replicas", "replicas"),
     ("gpus_total", "gpus"),
@@ -37,13 +45,28 @@ COLUMNS: list[tuple[str, str]] = [  # header, attribute
     ("headroom_fraction", "headroom"),
     ("binding_constraint", "binding_constraint"),
     ("meets_slo", "meets_slo"),
+    ("evaluated", "evaluated"),
+    ("profile", "profile"),
+    ("band_replicas_low", "band.replicas.0"),
+    ("band_replicas_high", "band.replicas.1"),
+    ("band_usd_per_month_low", "band.usd_per_month.0"),
+    ("band_usd_per_month_high", "band.usd_per_month.1"),
 ]
 HEADERS = [header for header, _ in COLUMNS]
 
 
 def result_rows(run: SizingRun):
     for result in run.results.order_by("rank", "candidate_key"):
-        yield [_cell(getattr(result, attr)) for _, attr in COLUMNS]
+        yield [_cell(_value(result, attr)) for _, attr in COLUMNS]
+
+
+def _value(result: CandidateResult, attr: str):
+    """A column's value; ``band.replicas.0`` reads the band the chain computed (derivation)."""
+    if not attr.startswith("band."):
+        return getattr(result, attr)
+    _, field, index = attr.split(".")
+    values = ((result.derivation or {}).get("band") or {}).get(field)
+    return values[int(index)] if values else None
 
 
 def _cell(value):

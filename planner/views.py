@@ -590,79 +590,13 @@ def compare(request):
 
 # --------------------------------------------------------------------------- results
 
-CHAIN_GROUPS = [
-    (
-        "Memory fit",
-        [
-            "weights_bytes_total",
-            "weights_gb_per_gpu",
-            "usable_gb_per_gpu",
-            "workspace_gb_per_gpu",
-            "kv_budget_gb_per_gpu",
-            "kv_bytes_per_token",
-            "kv_bytes_per_token_per_gpu",
-            "kv_capacity_tokens",
-            "kv_gb_per_sequence_per_gpu",
-            "max_concurrency",
-        ],
-    ),
-    (
-        "Step time",
-        [
-            "prefill_chunk_tokens",
-            "decode_seqs_per_step",
-            "prefill_tokens_per_step",
-            "decode_bytes_per_gpu_stage",
-            "decode_mem_ms",
-            "decode_flop_ms",
-            "decode_comm_ms",
-            "pure_decode_step_ms",
-            "mixed_step_ms",
-        ],
-    ),
-    ("Operating point", ["batch", "tpot_ms", "ttft_ms"]),
-    (
-        "Little's law",
-        [
-            "residence_s",
-            "requests_per_s_per_replica",
-            "output_tok_s_per_replica",
-            "in_flight_at_peak",
-        ],
-    ),
-    ("Headroom", ["serving_replicas", "replicas", "utilization"]),
-    ("Cost", ["usd_per_hour", "usd_per_month", "usd_per_mtok"]),
-    (
-        "Break-even",
-        [
-            "api_usd_per_mtok",
-            "crossing_tokens_per_month",
-            "utilization_to_win",
-            "hybrid_selfhost_replicas",
-        ],
-    ),
-]
-_GROUP_OF = {name: title for title, names in CHAIN_GROUPS for name in names}
-
 
 def chain_sections(derivation: dict) -> list[dict]:
-    """The derivation's steps grouped memory -> step time -> ... -> break-even (others last)."""
-    order = [title for title, _ in CHAIN_GROUPS] + ["Other"]
-    grouped: dict[str, list] = {title: [] for title in order}
+    """The derivation's steps grouped by the chain stage that emitted them, in order."""
+    sections: dict[str, list] = {}
     for step in derivation.get("steps") or []:
-        grouped[_GROUP_OF.get(step.get("name"), "Other")].append(step)
-    return [{"title": t, "steps": grouped[t]} for t in order if grouped[t]]
-
-
-def _percentile_value(
-    result: CandidateResult, metric: str, percentile
-) -> tuple[float | None, bool]:
-    """The metric at the SLO percentile when the run has it, else the operating-point value."""
-    key = {50: "p50", 95: "p95", 99: "p99"}.get(int(percentile or 0))
-    value = getattr(result, f"{metric}_{key}", None) if key else None
-    if value is not None:
-        return value, True
-    return getattr(result, metric), False
+        sections.setdefault(step.get("stage") or "Other", []).append(step)
+    return [{"title": title, "steps": steps} for title, steps in sections.items()]
 
 
 def _option_label(result: CandidateResult) -> str:
@@ -679,10 +613,9 @@ def run_body_context(run: SizingRun, chain_param) -> dict:
     percentile = slo.get("percentile", 95)
     rows = list(run.results.defer("derivation").order_by("rank", "candidate_key")[:MAX_TABLE_ROWS])
     estimated = False
-    for row in rows:
-        row.ttft_at_pct, measured_ttft = _percentile_value(row, "ttft_ms", percentile)
-        row.tpot_at_pct, measured_tpot = _percentile_value(row, "tpot_ms", percentile)
-        estimated = estimated or not (measured_ttft and measured_tpot)
+    for row in rows:  # ttft_ms / tpot_ms are at the SLO percentile (latency_statistic)
+        row.ttft_at_pct, row.tpot_at_pct = row.ttft_ms, row.tpot_ms
+        estimated = estimated or row.latency_source != "simulated"
     recommended = list(run.results.filter(recommended=True).order_by("rank"))
     by_key = {r.candidate_key: r for r in recommended}
     best = by_key.get(summary.get("best"))

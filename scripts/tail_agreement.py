@@ -7,7 +7,7 @@
    simulator's highest Poisson rate per replica meeting the SLO percentile and goodput
    (``sizing.tail_search.max_rate_rps``, the search a sizing run does) is saved to
    docs/tail-agreement.json (resumable: points already there are skipped).
-2. ``--fit``: the three constants of ``sizing.tail_model.TailConstants`` are fitted on those
+2. ``--fit``: the four constants of ``sizing.tail_model.TailConstants`` are fitted on those
    points (least squares on log rate ratios, Nelder-Mead), and docs/tail-agreement.md gets the
    table: per point, the replicas each sizes for 50 req/s at 70 % target utilization and
    whether they agree within 10 % or 1 replica.
@@ -270,8 +270,8 @@ def fit_constants(points: list[dict]):
         miss = np.sum((rates > 0) != (sim > 0)) * math.log(2) ** 2
         return float(np.sum(np.minimum(err**2, math.log(3) ** 2)) + miss)
 
-    start = np.log([0.55, 1.0, 1.0])
-    best = minimize(loss, start, method="Nelder-Mead", options={"maxfev": 80, "xatol": 0.02})
+    start = np.log([1.3, 1.0, 1.0, 1.5])
+    best = minimize(loss, start, method="Nelder-Mead", options={"maxfev": 60, "xatol": 0.03})
     return TailConstants(*np.exp(best.x)), best
 
 
@@ -303,7 +303,8 @@ def write_report(points: list[dict], constants, before) -> None:
         "",
         f"**{agree} of {len(points)} points agree ({share:.1%}); before the fit "
         f"{before_share:.1%}.** Fitted constants: tpot_spread={constants.tpot_spread:.3f}, "
-        f"ttft_wait={constants.ttft_wait:.3f}, ttft_base={constants.ttft_base:.3f}.",
+        f"ttft_wait={constants.ttft_wait:.3f}, ttft_base={constants.ttft_base:.3f}, "
+        f"tpot_mix={constants.tpot_mix:.3f}.",
         "",
         "| model | GPU | precision | TP | isl | osl | SLO (ms) | sim req/s | analytic req/s "
         "| sim replicas | analytic replicas | agree |",
@@ -331,7 +332,7 @@ def main() -> None:
         load_candidates(points)
         before = analytic_rates(points, DEFAULT_TAILS)
         constants, result = fit_constants(points)
-        print(f"fit: {constants} loss {result.fun:.3f} after {result.nfev} evaluations")
+        print(f"fit: {constants} loss {result.fun:.3f} after {result.nfev} evaluations", flush=True)
         write_report(points, constants, before)
 
 

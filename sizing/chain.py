@@ -19,7 +19,7 @@ import numpy as np
 
 from sizing import headroom
 from sizing.candidates import CandidateArrays
-from sizing.derivation import Step, q, step
+from sizing.derivation import Step, q, staged, step
 from sizing.fleet import Band, BreakEvenResult, breakeven, error_band, size_fleet
 from sizing.memory import (
     GB,
@@ -700,6 +700,12 @@ class Capacity:
 
 
 QUANTILES = (0.5, 0.95, 0.99)
+STAGE_MEMORY = "Memory fit"
+STAGE_OPERATING = "Step time and mean-value operating point"
+STAGE_TAILS = "Tail latency and capacity per replica"
+STAGE_FLEET = "Little's law, headroom and cost"
+STAGE_BAND = "Error band"
+STAGE_BREAKEVEN = "Break-even against the API"
 
 
 def plan(
@@ -746,19 +752,20 @@ def plan(
 
     rows: list[PlanRow] = []
     for i in range(n):
-        d = list(derive(c, fit, op, i))
+        d = staged(STAGE_MEMORY, _memory_steps(c, fit, i))
         ok = bool(fit.fits[i])
         serves = ok and stage.rate_rps[i] > 0
         bev, band = None, None
         if ok:
-            d += stage.steps[i]
+            d += staged(STAGE_OPERATING, _operating_steps(c, fit, op, i))
+            d += staged(STAGE_TAILS, stage.steps[i])
         if serves:
-            d += fleet.steps(i)
+            d += staged(STAGE_FLEET, fleet.steps(i))
             band, band_steps = error_band(fleet, i, cands[i].calibration.relative_error)
-            d += band_steps
+            d += staged(STAGE_BAND, band_steps)
         if serves and api_price is not None:
             bev, bev_steps = breakeven(fleet, i, api_price)
-            d += bev_steps
+            d += staged(STAGE_BREAKEVEN, bev_steps)
         latency = stage.latency_ms[i]
         rows.append(
             PlanRow(

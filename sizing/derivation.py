@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,15 @@ class Step:
     unit: str
     note: str = ""
     kind: str = "formula"
+    stage: str = ""  # the chain stage that emitted it (what the UI groups by)
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def staged(stage: str, steps) -> list[Step]:
+    """The steps, labelled with the stage that emitted them."""
+    return [replace(s, stage=stage) for s in steps]
 
 
 _FUNCTIONS = {

@@ -5,7 +5,7 @@ is stated at a percentile with a goodput target, and a replica fed by random arr
 fluctuating batch and a prefill queue. This module predicts, in closed form and vectorized
 over candidates, the request rate per replica at which the SLO percentile and the goodput
 quantile are met, and the p50/p95/p99 of TTFT and TPOT at a given load. The discrete-event
-simulator (``simulate``) is the reference; the three tail constants below are fitted to it
+simulator (``simulate``) is the reference; the four tail constants below are fitted to it
 (``scripts/tail_agreement.py`` regenerates the fit and the agreement table in
 docs/tail-agreement.md).
 
@@ -17,6 +17,11 @@ Per DP rank at rate ``lam`` (requests/s), prompts of mean ``isl``, outputs of me
   arrivals the count in service is close to Poisson(N), so its q-quantile is
   ``N + a * z_q * sqrt(N)``; ``TPOT_q = TPOT(N + a z_q sqrt(N))`` (``a = tpot_spread``, below 1
   because a request averages the fluctuation over its output).
+  Plus the spread of the prompt chunks a request decodes through: with a share ``f`` of
+  mixed steps arriving in bursts of ``n_chunks`` per prompt, a request's count over its
+  ``osl`` steps is compound Poisson, so
+  ``TPOT_q += d * z_q * (t_mixed - t_pure) * sqrt(f n_chunks (1 + cs^2) / osl)``
+  (``d = tpot_mix``, at most one mixed step's extra).
 - TTFT at quantile q: own prefill ``ceil(isl_q / chunk) * t_mixed`` for the q-quantile prompt,
   plus half a step of alignment, plus the wait behind other prompts. Prompt work arrives as a
   Poisson stream into a server of ``mu = (budget - decodes) / t_mixed`` tokens/s with load
@@ -45,16 +50,18 @@ from sizing.memory import MemoryFit
 from sizing.operating import batch_limit, closed_loop
 from sizing.specs import Slo
 
-BISECTION_STEPS = 40  # on log N: 2^-40 of the range, far below a request's worth
+BISECTION_STEPS = 24  # on log N: ~1e-7 of the range, far below a request's worth
 
 
 @dataclass(frozen=True)
 class TailConstants:
     """The model's fitted terms (dimensionless) and where they come from."""
 
-    tpot_spread: float = 0.55
+    # fitted by scripts/tail_agreement.py (docs/tail-agreement.md)
+    tpot_spread: float = 1.0
     ttft_wait: float = 1.0
     ttft_base: float = 1.0
+    tpot_mix: float = 1.5
     source: str = "fit to the simulator on the grid of scripts/tail_agreement.py"
 
 
@@ -157,9 +164,19 @@ class TailModel:
         return own + self.k.ttft_wait * wait
 
     def _tpot(self, n_rank: np.ndarray, q: float) -> np.ndarray:
+        """TPOT at quantile q: the mean at the batch's q-quantile, plus the spread of how
+        many prompt chunks a request decodes through (Poisson in the mixed-step share f over
+        its osl steps, wider for variable prompt lengths)."""
         z = float(ndtri(q))
         n_q = np.minimum(n_rank + self.k.tpot_spread * z * np.sqrt(n_rank), self.n_max)
-        return self._mean(np.maximum(n_q, 1.0)).tpot_s
+        op = self._mean(np.maximum(n_q, 1.0))
+        f = op.mixed_step_fraction
+        extra = np.maximum(op.mixed_step.step_s - op.pure_step.step_s, 0.0)
+        # prompts arrive as Poisson events of n_chunks consecutive mixed steps each: the count
+        # a request sees is compound Poisson, variance f osl n_chunks (1 + cs^2)
+        burst = np.maximum(op.n_chunks, 1.0) * (1.0 + self.isl_cs2)
+        mix = self.k.tpot_mix * z * extra * np.sqrt(f * burst / self.osl)
+        return op.tpot_s + np.maximum(np.minimum(mix, extra), 0.0)
 
     # ------------------------------------------------------------------ answers
     def max_rate(self, slo: Slo) -> tuple[np.ndarray, np.ndarray]:
@@ -186,12 +203,18 @@ class TailModel:
             hi = np.where(ok_mid, hi, mid)
         ok_n, lam_n, _ = meets(np.exp(lo))
         _, _, ttft_binds = meets(np.exp(hi))
-        lam = np.where(ok_high, lam_high, np.where(ok_low & ok_n, lam_n, 0.0))
+        # the same ceiling as the simulated search: the closed-loop saturation throughput
+        ceiling = self.saturation_rps() / self.c.dp
+        lam = np.where(ok_high, ceiling, np.where(ok_low & ok_n, np.minimum(lam_n, ceiling), 0.0))
         binding = np.where(ttft_binds, "ttft", "tpot").astype(object)
         binding = np.where(ok_high, "throughput", binding)
         binding = np.where(ok_low, binding, np.where(ttft_binds, "ttft", "tpot"))
         fits = self.fit.fits
         return np.where(fits, lam * self.c.dp, 0.0), np.where(fits, binding, "")
+
+    def saturation_rps(self) -> np.ndarray:
+        """Closed-loop request rate at the largest batch that fits (req/s per instance)."""
+        return closed_loop(self.c, self.fit, self.isl, self.osl, np.nan).requests_per_s
 
     def at_rate(self, rate_rps: np.ndarray, quantiles=(0.5, 0.95, 0.99)) -> TailPoint:
         """Tails at ``rate_rps`` per instance (bisection on N for ``N / W(N) = rate``)."""

@@ -36,7 +36,7 @@ from sizing.simulate import (
 SIM_REQUESTS = 1500
 WARMUP_SHARE = 0.1  # first 10 % of requests fill the engine and are left out of statistics
 REL_TOL = 0.05  # bisection stops when high / low < 1.05 (5 % on the rate, ~1 replica in 20)
-UPPER_OVER_MAX_THROUGHPUT = 1.2  # rates above the closed-loop max throughput only queue
+UPPER_OVER_MAX_THROUGHPUT = 1.0  # above the closed-loop max throughput a queue only grows
 MAX_PROBES = 12  # simulations per search at most (a safeguard; ~4 are typical)
 MAX_STEP_DOWN = 8  # below 1/8 of the mean-value rate a replica is near idle: give up there
 #: First probe, as a share of the mean-value rate: the simulated rate came out 0.3-1.1x of
@@ -278,7 +278,9 @@ def _next_rate(lo, hi, probes, upper_rps: float, floor_rps: float) -> float | No
 
 
 def upper_rps(c, isl_mean: float, osl_mean: float) -> float:
-    """1.2x the closed-loop request rate at the largest batch that fits (req/s)."""
+    """The closed-loop request rate at the largest batch that fits (req/s): no open-loop
+    rate above a replica's saturation throughput is sustainable, whatever a finite
+    simulation says."""
     fit = fit_memory(c, np.array([isl_mean + osl_mean]))
     op = closed_loop(c, fit, isl_mean, osl_mean, np.nan)
     return UPPER_OVER_MAX_THROUGHPUT * float(op.requests_per_s[0])

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner import runner, tails
+from planner import runner
 from planner.models import SizingRun
+from planner.planning import plan_inputs
 from planner.services import sizing_run_start
 from tests.factories import UserFactory, make_scenario
 
@@ -29,28 +30,29 @@ def _all_finite(value) -> bool:
 
 @pytest.mark.tails  # the simulated rows must reproduce too
 def test_recomputing_a_run_from_its_snapshot_matches_exactly(catalog):
-    # given a finished run
-    run = sizing_run_start(scenario=make_scenario())
+    # given a finished run, simulated as in production
+    run = sizing_run_start(scenario=make_scenario(models=["llama-3.1-8b", "Qwen3-32B"]))
     assert run.status == SizingRun.Status.SUCCEEDED
-    # when its inputs snapshot is recomputed
-    again = runner.size_candidates(run.inputs, range(run.candidate_count))
-    # then every stored number is reproduced exactly: the mean-value rows as they are, the
-    # rows re-sized on simulated tails through the same (seeded) simulation
+    # when its inputs snapshot is recomputed through the pipeline with an empty cache (every
+    # simulation is redone from its seed)
+    again = plan_inputs(run.inputs, tails_on=True, cache=FreshCache())
+    # then every stored number is reproduced exactly, derivation included
     stored = {r.candidate_key: r for r in run.results.all()}
-    assert len(again) == len(stored)
-    simulated = [k for k, r in stored.items() if "simulated" in r.derivation]
-    assert simulated
-    for index, values in enumerate(again):
-        key = values["candidate_key"]
-        if key in simulated and key != run.summary["best"]:
-            saved = stored[key].derivation["simulated"].get("mean_value", {})
-            assert all(saved[f] == values[f] for f in saved), key  # the inputs to the tails
-            continue
-        if key in simulated:  # recomputing the tails is ~1 s each: the winner stands for all
-            values = values | tails.simulate_tails(run.inputs, index, values)
-        row = stored[key]
-        for field in COMPARED + TAIL_FIELDS * (key in simulated):
-            assert getattr(row, field) == values[field], (key, field)
+    assert len(again["rows"]) == len(stored)
+    assert any(r["latency_source"] == "simulated" for r in again["rows"])
+    for values in again["rows"]:
+        row = stored[values["candidate_key"]]
+        for field in [*COMPARED, *TAIL_FIELDS, "rank", "recommended", "evaluated"]:
+            expected = values[field]
+            if field == "derivation":
+                assert row.derivation["steps"] == expected["steps"], values["candidate_key"]
+                continue
+            assert getattr(row, field) == expected, (values["candidate_key"], field)
+
+
+class FreshCache(dict):
+    def put(self, key, value):
+        self[key] = value
 
 
 def test_snapshot_survives_catalog_and_price_changes(catalog):
