@@ -261,7 +261,14 @@ def test_results_page_has_table_charts_with_tables_and_the_chain(owner_client, r
     assert page.count("<summary>Table:") == len(chart_ids)
     assert "plotly-4.1.1.min.js" in page and "cdn" not in page.lower()
     chain = response.context["chain"]
-    assert [s["title"] for s in chain][:3] == ["Memory fit", "Step time", "Operating point"]
+    assert [s["title"] for s in chain][:4] == [
+        "Memory fit",
+        "Step time and mean-value operating point",
+        "Tail latency and capacity per replica",
+        "Little's law, headroom and cost",
+    ]
+    # the card says where its latencies come from, at which statistic, and the band
+    assert "latency-source" in page and "card-profile" in page and "at p95" in page
     assert "kv_budget_gb_per_gpu" in page and "usd_per_month" in page
 
 
