@@ -30,6 +30,8 @@ from planner.forms import (
     presets,
 )
 from planner.models import CandidateResult, Scenario, ShareLink, SizingRun
+from planner.prices import price_rows, row_price_source
+from pricing.quotes import label as quote_label
 
 MAX_TABLE_ROWS = 500
 XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
@@ -680,6 +682,9 @@ def run_body_context(run: SizingRun, chain_param) -> dict:
     rows = list(run.results.defer("derivation").order_by("rank", "candidate_key")[:MAX_TABLE_ROWS])
     estimated = False
     for row in rows:
+        row.price_label = quote_label(
+            row_price_source(inputs, row.gpu_slug, row.tp * row.pp) if row.usd_per_hour else None
+        )
         row.ttft_at_pct, measured_ttft = _percentile_value(row, "ttft_ms", percentile)
         row.tpot_at_pct, measured_tpot = _percentile_value(row, "tpot_ms", percentile)
         estimated = estimated or not (measured_ttft and measured_tpot)
@@ -780,4 +785,5 @@ def run_body_context(run: SizingRun, chain_param) -> dict:
         "chain": chain_sections(chain_result.derivation) if chain_result else [],
         "charts": charts_,
         "chart_notes": notes,
+        "price_rows": price_rows(inputs),
     }

@@ -73,6 +73,23 @@ class PricingSerializer(serializers.Serializer):
     price_sheet = serializers.IntegerField(
         required=False, allow_null=True, help_text="id; null = the sheet in force at run time"
     )
+    gpu_prices = serializers.DictField(
+        child=serializers.FloatField(),
+        required=False,
+        allow_empty=True,
+        help_text='$/GPU-hour by GPU name, overriding the sheet, e.g. {"H100": 2.5}',
+    )
+    provider = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=80,
+        help_text='provider to price GPUs from, or "cheapest" (default)',
+    )
+    reserved_discount = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        help_text="0..0.95 off the on-demand price, tier reserved only; null = reserved rows",
+    )
 
 
 class ApiAlternativeSerializer(serializers.Serializer):
@@ -158,6 +175,7 @@ class ScenarioSerializer(serializers.Serializer):
     def to_representation(self, scenario: Scenario) -> dict:
         flat = {field: getattr(scenario, field) for field in services.SCALAR_FIELDS}
         flat["price_sheet"] = scenario.price_sheet_id
+        flat["price_provider"] = scenario.price_provider or "cheapest"
         flat["models"] = list(scenario.candidate_models.values_list("hf_id", flat=True))
         flat["gpus"] = list(scenario.candidate_gpus.values_list("slug", flat=True))
         document = scenario_io.nest(flat)

@@ -37,12 +37,52 @@ def num(value, digits=4):
     return text
 
 
+SI_STEPS = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"))
+
+
+def _three_digits(number: float) -> str:
+    """3 significant digits without float noise: 10.93 -> 10.9, 980.4 -> 980, 1.0 -> 1."""
+    text = f"{number:.3g}"
+    return f"{float(text):,.0f}" if "e" in text else text
+
+
 @register.filter
-def usd(value):
-    """$19,535 for big amounts, $26.76 below 1,000, $0.0123 below 0.1."""
+def si(value):
+    """10,930,000,000 -> 10.9 B; 24,051 -> 24.1 k; 512 -> 512 (for "10.9 B tokens/month")."""
     number = _number(value)
     if number is None:
         return "—"
+    for scale, suffix in SI_STEPS:
+        if abs(number) >= scale:
+            return f"{_three_digits(number / scale)} {suffix}"
+    return _three_digits(number) if number != int(number) else f"{number:,.0f}"
+
+
+@register.filter
+def count(value, noun="replica"):
+    """1 -> "1 replica", 407952 -> "407,952 replicas" (with |count:"GPU": "407,952 GPUs")."""
+    number = _number(value)
+    if number is None:
+        return "—"
+    whole = number == int(number)
+    text = f"{number:,.0f}" if whole else f"{number:,.2f}"
+    return f"{text} {noun if whole and abs(number) == 1 else plural(noun)}"
+
+
+def plural(noun: str) -> str:
+    if noun.endswith(("s", "x", "ch", "sh")):
+        return noun + "es"
+    return noun[:-1] + "ies" if noun.endswith("y") and noun[-2:-1] not in "aeiou" else noun + "s"
+
+
+@register.filter
+def usd(value):
+    """$980 M above ten million, $19,535 for big amounts, $26.76 below 1,000, $0.0123 below 0.1."""
+    number = _number(value)
+    if number is None:
+        return "—"
+    if abs(number) >= 1e7:
+        return f"${si(number)}"
     if abs(number) >= 1000:
         return f"${number:,.0f}"
     if abs(number) >= 0.1 or number == 0:
