@@ -47,6 +47,7 @@ UNITS = {
     "spare_replicas": "replicas",
     "burst_factor": "× peak",
     "warm_pool_replicas": "replicas",
+    "spare_nodes": "nodes",
     "tags": "comma-separated",
 }
 
@@ -85,7 +86,16 @@ SECTIONS = [
         "API alternative",
         ["api_provider", "api_model", "api_input_usd_per_mtok", "api_output_usd_per_mtok"],
     ),
-    ("Policy", ["target_utilization", "spare_replicas", "burst_factor", "warm_pool_replicas"]),
+    (
+        "Policy",
+        [
+            "target_utilization",
+            "spare_replicas",
+            "spare_nodes",
+            "burst_factor",
+            "warm_pool_replicas",
+        ],
+    ),
 ]
 
 DEFAULTED_FIELDS = [
@@ -97,6 +107,7 @@ DEFAULTED_FIELDS = [
     "spare_replicas",
     "burst_factor",
     "warm_pool_replicas",
+    "spare_nodes",
 ]
 LIST_FIELDS = {"tags", "hourly_rps", "tp_options", "pp_options", "ep_options"}
 CHEAPEST_LABEL = "cheapest (any provider)"
@@ -189,6 +200,12 @@ class ScenarioForm(forms.Form):
     spare_replicas = forms.IntegerField(label="Spare replicas (N+k)", initial=1, required=False)
     burst_factor = forms.FloatField(label="Burst factor", initial=1.0, required=False)
     warm_pool_replicas = forms.IntegerField(label="Warm-pool replicas", initial=0, required=False)
+    spare_nodes = forms.IntegerField(
+        label="Spare nodes (N+k by failure domain)",
+        initial=0,
+        required=False,
+        help_text="The SLO holds with this many whole nodes down.",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

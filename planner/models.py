@@ -132,6 +132,12 @@ class Scenario(models.Model):
         default=1.0, validators=[MinValueValidator(1), MaxValueValidator(100)]
     )
     warm_pool_replicas = models.PositiveIntegerField(default=0)
+    spare_nodes = models.PositiveIntegerField(
+        "N+k spare nodes",
+        default=0,
+        validators=[MaxValueValidator(1000)],
+        help_text="Whole nodes the serving replicas must survive losing (failure domains).",
+    )
 
     class Meta:
         ordering = ["-updated_at"]

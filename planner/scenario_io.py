@@ -48,6 +48,7 @@ PATHS: dict[str, tuple[str, ...]] = {
     "spare_replicas": ("policy", "spare_replicas"),
     "burst_factor": ("policy", "burst_factor"),
     "warm_pool_replicas": ("policy", "warm_pool_replicas"),
+    "spare_nodes": ("policy", "spare_nodes"),
 }
 GROUPS = {path[0] for path in PATHS.values() if len(path) > 1}
 _MISSING = object()

@@ -73,6 +73,7 @@ SCALAR_FIELDS = [
     "spare_replicas",
     "burst_factor",
     "warm_pool_replicas",
+    "spare_nodes",
 ]
 MAX_CANDIDATES = 20_000
 
@@ -341,6 +342,7 @@ def build_inputs_snapshot(
                 scenario.spare_replicas,
                 scenario.burst_factor,
                 scenario.warm_pool_replicas,
+                spare_nodes=scenario.spare_nodes,
             )
         ),
         "api_price": snap.to_json(api) if api else None,

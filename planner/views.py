@@ -447,6 +447,7 @@ def scenario_inputs(scenario: Scenario) -> list[tuple[str, str]]:
         ("Spare replicas (N+k)", _fmt(scenario.spare_replicas)),
         ("Burst factor (× peak)", _fmt(scenario.burst_factor)),
         ("Warm-pool replicas", _fmt(scenario.warm_pool_replicas)),
+        ("Spare nodes (N+k by failure domain)", _fmt(scenario.spare_nodes)),
     ]
 
 
@@ -507,6 +508,7 @@ def run_inputs(run: SizingRun) -> list[tuple[str, str]]:
         ("Spare replicas (N+k)", _fmt(policy.get("spare_replicas"))),
         ("Burst factor (× peak)", _fmt(policy.get("burst_factor"))),
         ("Warm-pool replicas", _fmt(policy.get("warm_pool_replicas"))),
+        ("Spare nodes (N+k by failure domain)", _fmt(policy.get("spare_nodes", 0))),
     ]
 
 
@@ -633,6 +635,17 @@ CHAIN_GROUPS = [
         ],
     ),
     ("Headroom", ["serving_replicas", "replicas", "utilization"]),
+    (
+        "Nodes",
+        [
+            "replicas_per_node",
+            "nodes_per_replica",
+            "nodes",
+            "gpus_billed",
+            "idle_gpus",
+            "surviving_replicas",
+        ],
+    ),
     ("Cost", ["usd_per_hour", "usd_per_month", "usd_per_mtok"]),
     (
         "Break-even",

@@ -104,6 +104,12 @@ class PolicySerializer(serializers.Serializer):
     spare_replicas = serializers.IntegerField(required=False, min_value=0, max_value=1000)
     burst_factor = serializers.FloatField(required=False, help_text=">= 1")
     warm_pool_replicas = serializers.IntegerField(required=False, min_value=0, max_value=1000)
+    spare_nodes = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=1000,
+        help_text="N+k by failure domain: whole nodes the serving replicas survive losing",
+    )
 
 
 class LatestRunSerializer(serializers.Serializer):

@@ -50,3 +50,14 @@ def test_bad_pricing_is_a_400_naming_the_field(catalog, api, pricing, path, frag
     assert answer.status_code == 400
     errors = answer.json()["errors"]
     assert any(fragment in m for m in errors.get(path, [])), errors
+
+
+def test_policy_spare_nodes_round_trips_and_is_bounded(catalog, api):
+    data = _body()
+    data["policy"] = {"spare_nodes": 2}
+    created = api.post("/api/v1/scenarios/", data, format="json")
+    assert created.status_code == 201, created.json()
+    assert created.json()["policy"]["spare_nodes"] == 2
+    data["policy"] = {"spare_nodes": -1}
+    answer = api.post("/api/v1/scenarios/", data, format="json")
+    assert answer.status_code == 400 and "policy.spare_nodes" in answer.json()["errors"]
