@@ -22,6 +22,7 @@ from rest_framework.authtoken.models import Token
 
 from fleets.models import GpuSku, ModelArchitecture
 from planner import charts, exports, selectors, services
+from planner import compare as compare_numbers
 from planner.dates import parse_moment
 from planner.forms import (
     ScenarioForm,
@@ -276,17 +277,29 @@ def run_progress(request, pk: int):
     run = visible_run(request, pk)
     if not request.htmx:
         return redirect("planner:run-detail", pk=run.pk)
-    context = {"run": run, "read_only": False, **run_body_context(run, None)}
+    context = {"run": run, "read_only": False, "oob_exports": True, **run_body_context(run, None)}
     return render(request, "planner/_run_body.html", context)
 
 
+def _unfinished(run: SizingRun) -> HttpResponse | None:
+    """409 with the reason when the run has no finished results to export."""
+    reason = exports.unfinished_reason(run)
+    if reason is None:
+        return None
+    return HttpResponse(reason, status=409, content_type="text/plain; charset=utf-8")
+
+
 def _csv_response(run: SizingRun) -> HttpResponse:
+    if refused := _unfinished(run):
+        return refused
     response = HttpResponse(exports.run_csv(run), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="headroom-run-{run.pk}.csv"'
     return response
 
 
 def _xlsx_response(run: SizingRun) -> HttpResponse:
+    if refused := _unfinished(run):
+        return refused
     response = HttpResponse(exports.run_xlsx(run), content_type=XLSX_TYPE)
     response["Content-Disposition"] = f'attachment; filename="headroom-run-{run.pk}.xlsx"'
     return response
@@ -588,7 +601,8 @@ def compare(request):
             differs = len(set(values)) > 1 and not label.startswith("Run")
             rows.append({"label": label, "values": values, "differs": differs})
         sections.append({"title": title, "rows": rows})
-    context = {"columns": columns, "sections": sections}
+    deltas = compare_numbers.delta_rows([compare_numbers.run_metrics(c["run"]) for c in columns])
+    context = {"columns": columns, "sections": sections, "deltas": deltas}
     return render(request, "planner/compare.html", context)
 
 
