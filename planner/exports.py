@@ -26,6 +26,7 @@ from openpyxl.utils import get_column_letter
 from planner.models import CandidateResult, SizingRun
 from planner.prices import price_rows, row_price_source
 from planner.templatetags.headroom import finite_number
+from planner.verdicts import run_verdict
 from pricing.quotes import label as quote_label
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
@@ -423,6 +424,11 @@ def _summary_sheet(book: Workbook, run: SizingRun) -> None:
         _append(sheet, row, SUMMARY_FORMATS)
     for model, entry in _per_model(summary):
         _append(sheet, summary_row("per model", model, entry, inputs), SUMMARY_FORMATS)
+    verdict = run_verdict(run)
+    if verdict["nothing"]:
+        _append(sheet, ["nothing fits", verdict["nothing"]])
+    for warning in verdict["warnings"]:
+        _append(sheet, ["warning", warning])
     _widths(sheet)
     sheet.freeze_panes = "A2"
 

@@ -32,6 +32,7 @@ from planner.forms import (
 )
 from planner.models import CandidateResult, Scenario, ShareLink, SizingRun
 from planner.prices import price_rows, row_price_source
+from planner.verdicts import run_verdict
 from pricing.quotes import label as quote_label
 
 MAX_TABLE_ROWS = 500
@@ -813,4 +814,5 @@ def run_body_context(run: SizingRun, chain_param) -> dict:
         "charts": charts_,
         "chart_notes": notes,
         "price_rows": price_rows(inputs),
+        "verdict": run_verdict(run),
     }

@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 from django import template
 
+from sizing.plausibility import finite_number
+
 register = template.Library()
-
-
-def finite_number(value) -> float | None:
-    """A finite float, or None for blanks, booleans, text, NaN and infinities."""
-    if isinstance(value, bool) or value is None or value == "":
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 @register.filter
