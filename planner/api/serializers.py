@@ -11,6 +11,7 @@ from rest_framework import serializers
 from fleets.models import CalibrationProfile, GpuSku, ModelArchitecture
 from planner import scenario_io, services
 from planner.models import CandidateResult, Engine, Scenario, ShareLink, SizingRun, Tier
+from planner.prices import row_price_source
 from planner.selectors import latest_run
 from pricing.models import ApiTokenPrice, GpuHourPrice, PriceSheet
 
@@ -213,9 +214,20 @@ class ScenarioSerializer(serializers.Serializer):
 
 
 class CandidateResultSerializer(serializers.ModelSerializer):
+    price_source = serializers.SerializerMethodField(
+        help_text="the GPU-hour price this row paid: provider, instance, as_of, source, note"
+    )
+
     class Meta:
         model = CandidateResult
         exclude = ["run"]
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_price_source(self, result) -> dict | None:
+        if result.usd_per_hour is None:
+            return None
+        inputs = self.context.get("inputs") or {}
+        return row_price_source(inputs, result.gpu_slug, result.tp * result.pp)
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -245,7 +257,9 @@ class RunSerializer(serializers.ModelSerializer):
         if not self.context.get("with_results", True):
             return None
         return CandidateResultSerializer(
-            run.results.order_by("rank", "candidate_key"), many=True
+            run.results.order_by("rank", "candidate_key"),
+            many=True,
+            context={"inputs": run.inputs or {}},
         ).data
 
 

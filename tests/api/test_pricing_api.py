@@ -34,6 +34,7 @@ def test_custom_price_round_trips_and_reaches_the_run(catalog, api):
     for row in run["results"]:
         if row["gpu_slug"] == "h100_sxm" and row["usd_per_hour"]:
             assert row["usd_per_hour"] == pytest.approx(row["gpus"] * 2.5)
+            assert row["price_source"]["provider"] == "custom"
 
 
 @pytest.mark.parametrize(
