@@ -1,77 +1,207 @@
-"""CSV and XLSX exports of a run's results: stable snake_case columns whose names carry units."""
+"""CSV and XLSX exports of a finished run, for finance.
+
+- Stable snake_case columns whose names carry units (CSV and the XLSX ``results`` sheet share
+  them); p50/p95/p99 latencies, the price each row paid and where that price comes from.
+- Money rounded to cents, rates and latencies to 4 significant digits: no float noise.
+- XLSX: an ``inputs`` sheet (traffic, SLOs, policy, prices with sources), a ``summary`` sheet
+  (recommendation per GPU and per model, break-even, hybrid, band), ``results``; currency and
+  number formats, real booleans.
+- Every user- or catalog-supplied text cell is written as a string with the OWASP guard against
+  formula injection (a leading ``= + - @`` tab or CR gets a ``'`` in front).
+- Only a finished, successful run exports (``unfinished_reason`` says why not).
+"""
 
 from __future__ import annotations
 
 import csv
 import io
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from openpyxl import Workbook
+from openpyxl.cell import Cell
 from openpyxl.utils import get_column_letter
 
 from planner.models import CandidateResult, SizingRun
+from planner.prices import price_rows, row_price_source
+from planner.templatetags.headroom import finite_number
+from planner.verdicts import run_verdict
+from pricing.quotes import label as quote_label
 
-COLUMNS: list[tuple[str, str]] = [  # header, attribute
-    ("rank", "rank"),
-    ("recommended", "recommended"),
-    ("model", "model_name"),
-    ("gpu", "gpu_name"),
-    ("gpu_slug", "gpu_slug"),
-    ("weight_precision", "precision"),
-    ("kv_precision", "kv_precision"),
-    ("tp", "tp"),
-    ("pp", "pp"),
-    ("ep", "ep"),
-    ("gpus_per_replica", "gpus_per_replica"),
-    ("fits", "fits"),
-    ("reason", "reason"),
-    ("batch_sequences", "batch"),
-    ("ttft_ms", "ttft_ms"),
-    ("tpot_ms", "tpot_ms"),
-    ("latency_statistic", "latency_statistic"),
-    ("latency_source", "latency_source"),
-    ("ttft_ms_p50", "ttft_ms_p50"),
-    ("ttft_ms_p95", "ttft_ms_p95"),
-    ("ttft_ms_p99", "ttft_ms_p99"),
-    ("tpot_ms_p50", "tpot_ms_p50"),
-    ("tpot_ms_p95", "tpot_ms_p95"),
-    ("tpot_ms_p99", "tpot_ms_p99"),
-    ("output_tok_s_per_replica", "throughput_tok_s"),
-    ("replicas", "replicas"),
-    ("gpus_total", "gpus"),
-    ("usd_per_hour", "usd_per_hour"),
-    ("usd_per_month", "usd_per_month"),
-    ("usd_per_mtok_output", "usd_per_mtok"),
-    ("output_tokens_per_usd", "tokens_per_usd"),
-    ("headroom_fraction", "headroom"),
-    ("binding_constraint", "binding_constraint"),
-    ("meets_slo", "meets_slo"),
-    ("evaluated", "evaluated"),
-    ("profile", "profile"),
-    ("band_replicas_low", "band.replicas.0"),
-    ("band_replicas_high", "band.replicas.1"),
-    ("band_usd_per_month_low", "band.usd_per_month.0"),
-    ("band_usd_per_month_high", "band.usd_per_month.1"),
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+USD = '"$"#,##0.00'
+USD_RATE = '"$"#,##0.0000'
+INT = "#,##0"
+RATE = "#,##0.####"
+FRACTION = "0.0%"
+
+
+def safe_text(value) -> str:
+    """OWASP CSV-injection guard: text a spreadsheet would run as a formula gets a ``'``."""
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(FORMULA_PREFIXES) else text
+
+
+def cents(value) -> float | None:
+    number = finite_number(value)
+    return None if number is None else round(number, 2)
+
+
+def sig(value, digits: int = 4) -> float | None:
+    """``digits`` significant digits (12345.678 -> 12350.0, 0.0123456 -> 0.01235)."""
+    number = finite_number(value)
+    if number is None or number == 0:
+        return number
+    return round(number, digits - 1 - int(math.floor(math.log10(abs(number)))))
+
+
+def unfinished_reason(run: SizingRun) -> str | None:
+    """Why the run cannot be exported as if done (None: it can)."""
+    if run.status == SizingRun.Status.SUCCEEDED:
+        return None
+    if run.status == SizingRun.Status.FAILED:
+        return f"run {run.pk} failed, there are no results to export: {run.error}"[:600]
+    return f"run {run.pk} is {run.status} ({run.progress}% done): export it once it has finished"
+
+
+# --------------------------------------------------------------------------- columns
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    get: Callable[[CandidateResult, dict], object]
+    kind: str = "text"  # text, int, money, price, rate, fraction, bool
+
+
+def _attr(name: str):
+    return lambda r, _inputs: getattr(r, name)
+
+
+def _pipeline(name: str):
+    """A value the pipeline may carry as a column or inside the derivation (read either)."""
+
+    def get(result, _inputs):
+        value = getattr(result, name, None)
+        if value in (None, ""):
+            value = (result.derivation or {}).get(name)
+        if value in (None, "") and name == "profile":
+            value = ((result.derivation or {}).get("band") or {}).get("profile")
+        return value
+
+    return get
+
+
+def _band(field: str, index: int):
+    """One end of the error band the chain computed on the final sizing (derivation)."""
+
+    def get(result, _inputs):
+        values = ((result.derivation or {}).get("band") or {}).get(field)
+        return values[index] if values else None
+
+    return get
+
+
+def _quote(result, inputs) -> dict | None:
+    if result.usd_per_hour is None:
+        return None
+    return row_price_source(inputs, result.gpu_slug, result.tp * result.pp)
+
+
+def _gpus_per_node(result, inputs):
+    from planner import snapshot as snap
+
+    value = _pipeline("gpus_per_node")(result, inputs)
+    if value is None and result.gpu_slug in (inputs.get("gpus") or {}):
+        value = snap.gpus_per_node(inputs, result.gpu_slug, result.tp * result.pp)
+    return value
+
+
+COLUMN_SPECS: list[Column] = [
+    Column("rank", _attr("rank"), "int"),
+    Column("recommended", _attr("recommended"), "bool"),
+    Column("model", _attr("model_name")),
+    Column("gpu", _attr("gpu_name")),
+    Column("gpu_slug", _attr("gpu_slug")),
+    Column("weight_precision", _attr("precision")),
+    Column("kv_precision", _attr("kv_precision")),
+    Column("tp", _attr("tp"), "int"),
+    Column("pp", _attr("pp"), "int"),
+    Column("ep", _attr("ep"), "int"),
+    Column("gpus_per_replica", _attr("gpus_per_replica"), "int"),
+    Column("fits", _attr("fits"), "bool"),
+    Column("reason", _attr("reason")),
+    Column("batch_sequences", _attr("batch"), "int"),
+    Column("ttft_ms", _attr("ttft_ms"), "rate"),
+    Column("tpot_ms", _attr("tpot_ms"), "rate"),
+    *[
+        Column(f"{metric}_ms_p{p}", _attr(f"{metric}_ms_p{p}"), "rate")
+        for metric in ("ttft", "tpot")
+        for p in (50, 95, 99)
+    ],
+    Column("latency_statistic", _attr("latency_statistic")),
+    Column("latency_source", _pipeline("latency_source")),
+    Column("profile", _pipeline("profile")),
+    Column("evaluated", _attr("evaluated"), "bool"),
+    *[
+        Column(f"band_{field}_{side}", _band(field, index), kind)
+        for field, kind in (("replicas", "int"), ("usd_per_month", "money"))
+        for side, index in (("low", 0), ("high", 1))
+    ],
+    Column("output_tok_s_per_replica", _attr("throughput_tok_s"), "rate"),
+    Column("replicas", _attr("replicas"), "int"),
+    Column("gpus_total", _attr("gpus"), "int"),
+    Column("nodes", _pipeline("nodes"), "int"),
+    Column("gpus_per_node", _gpus_per_node, "int"),
+    Column(
+        "usd_per_gpu_hour",
+        lambda r, i: (_quote(r, i) or {}).get("usd_per_gpu_hour"),
+        "price",
+    ),
+    Column("usd_per_hour", _attr("usd_per_hour"), "money"),
+    Column("usd_per_month", _attr("usd_per_month"), "money"),
+    Column("usd_per_mtok_output", _attr("usd_per_mtok"), "price"),
+    Column("output_tokens_per_usd", _attr("tokens_per_usd"), "rate"),
+    Column("headroom_fraction", _attr("headroom"), "fraction"),
+    Column("binding_constraint", _attr("binding_constraint")),
+    Column("meets_slo", _attr("meets_slo"), "bool"),
+    Column("price_source", lambda r, i: quote_label(_quote(r, i)) if _quote(r, i) else ""),
+    Column("price_as_of", lambda r, i: (_quote(r, i) or {}).get("as_of", "")),
 ]
-HEADERS = [header for header, _ in COLUMNS]
+COLUMNS = [(c.header, c.kind) for c in COLUMN_SPECS]
+HEADERS = [c.header for c in COLUMN_SPECS]
+FORMATS = {"int": INT, "money": USD, "price": USD_RATE, "rate": RATE, "fraction": FRACTION}
+
+
+def clean_value(value, kind: str):
+    """The value a cell holds: rounded numbers, real booleans, guarded text, None for blank."""
+    if kind == "bool":
+        return None if value is None else bool(value)
+    if kind == "text":
+        return str(value) if value not in (None, "") else None
+    if kind == "int":
+        number = finite_number(value)
+        return None if number is None else int(round(number))
+    if kind == "money":
+        return cents(value)
+    if kind == "fraction":
+        return sig(value, 3)
+    return sig(value, 4)
 
 
 def result_rows(run: SizingRun):
+    """Rows of clean cell values, best rank first (text unguarded: the writers guard it)."""
+    inputs = run.inputs or {}
     for result in run.results.order_by("rank", "candidate_key"):
-        yield [_cell(_value(result, attr)) for _, attr in COLUMNS]
+        yield [clean_value(c.get(result, inputs), c.kind) for c in COLUMN_SPECS]
 
 
-def _value(result: CandidateResult, attr: str):
-    """A column's value; ``band.replicas.0`` reads the band the chain computed (derivation)."""
-    if not attr.startswith("band."):
-        return getattr(result, attr)
-    _, field, index = attr.split(".")
-    values = ((result.derivation or {}).get("band") or {}).get(field)
-    return values[int(index)] if values else None
-
-
-def _cell(value):
+def _csv_cell(value):
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, str):
+        return safe_text(value)
     return "" if value is None else value
 
 
@@ -79,36 +209,272 @@ def run_csv(run: SizingRun) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(HEADERS)
-    writer.writerows(result_rows(run))
+    for row in result_rows(run):
+        writer.writerow([_csv_cell(v) for v in row])
     return buffer.getvalue()
+
+
+# --------------------------------------------------------------------------- XLSX
+
+
+def _append(sheet, values: list, formats: list[str | None] | None = None) -> None:
+    """Append a row; text goes in as a string cell (never a formula), numbers formatted."""
+    cells = []
+    for index, value in enumerate(values, start=1):
+        cell = Cell(sheet)
+        cells.append(cell)
+        if isinstance(value, str):
+            cell.value = safe_text(value)
+            cell.data_type = "s"
+        else:
+            cell.value = value
+        fmt = formats[index - 1] if formats and index <= len(formats) else None
+        if fmt and isinstance(value, int | float) and not isinstance(value, bool):
+            cell.number_format = fmt
+    sheet.append(cells)
+
+
+def _widths(sheet, minimum: int = 10, maximum: int = 60) -> None:
+    for index, column in enumerate(sheet.iter_cols(values_only=True), start=1):
+        longest = max((len(str(v)) for v in column if v is not None), default=0)
+        width = min(max(minimum, longest + 2), maximum)
+        sheet.column_dimensions[get_column_letter(index)].width = width
+
+
+def _results_sheet(book: Workbook, run: SizingRun) -> None:
+    sheet = book.active
+    sheet.title = "results"
+    _append(sheet, HEADERS)
+    formats = [FORMATS.get(kind) for _, kind in COLUMNS]
+    for row in result_rows(run):
+        _append(sheet, row, formats)
+    for index, header in enumerate(HEADERS, start=1):
+        sheet.column_dimensions[get_column_letter(index)].width = max(10, len(header) + 2)
+    sheet.freeze_panes = "A2"
+
+
+def _inputs_sheet(book: Workbook, run: SizingRun) -> None:
+    inputs = run.inputs or {}
+    sheet = book.create_sheet("inputs")
+    sheet_info = inputs.get("price_sheet") or {}
+    traffic, slo, policy = (inputs.get(k) or {} for k in ("traffic", "slo", "policy"))
+    pricing = inputs.get("pricing") or {}
+    api = inputs.get("api_price") or {}
+    rows: list[tuple[str, object, str | None]] = [
+        ("scenario", (inputs.get("scenario") or {}).get("name", ""), None),
+        ("run_id", run.pk, INT),
+        ("status", run.status, None),
+        ("finished_at", run.finished_at.isoformat() if run.finished_at else "", None),
+        ("candidates", run.candidate_count, INT),
+        ("peak_rps (requests/s)", traffic.get("peak_rps"), RATE),
+        ("mean_rps (requests/s)", traffic.get("mean_rps"), RATE),
+        ("prompt_tokens_mean (tokens)", traffic.get("prompt_tokens_mean"), RATE),
+        ("prompt_tokens_p95 (tokens)", traffic.get("prompt_tokens_p95"), RATE),
+        ("output_tokens_mean (tokens)", traffic.get("output_tokens_mean"), RATE),
+        ("output_tokens_p95 (tokens)", traffic.get("output_tokens_p95"), RATE),
+        ("hourly_rps (requests/s x 24)", _hourly(traffic), None),
+        ("ttft_ms (SLO)", slo.get("ttft_ms"), RATE),
+        ("tpot_ms (SLO)", slo.get("tpot_ms"), RATE),
+        ("slo_percentile", slo.get("percentile"), RATE),
+        ("goodput_target (fraction)", slo.get("goodput_target"), FRACTION),
+        ("target_utilization (fraction)", policy.get("target_utilization"), FRACTION),
+        ("spare_replicas (N+k replicas)", policy.get("spare_replicas"), INT),
+        ("spare_nodes (N+k nodes)", policy.get("spare_nodes", 0), INT),
+        ("burst_factor (x peak)", policy.get("burst_factor"), RATE),
+        ("warm_pool_replicas", policy.get("warm_pool_replicas"), INT),
+        ("tier", inputs.get("tier", ""), None),
+        ("price_sheet", f"{sheet_info.get('name', '')} v{sheet_info.get('version', '')}", None),
+        ("price_provider", pricing.get("provider", "cheapest"), None),
+        ("reserved_discount (fraction)", pricing.get("reserved_discount"), FRACTION),
+        ("api_alternative", api.get("label", ""), None),
+        ("api_input_usd_per_mtok", api.get("input_usd_per_mtok"), USD_RATE),
+        ("api_output_usd_per_mtok", api.get("output_usd_per_mtok"), USD_RATE),
+    ]
+    for name, value, fmt in rows:
+        _append(sheet, [name, _number_or_text(value)], [None, fmt])
+    for note in inputs.get("price_notes") or []:
+        _append(sheet, ["price_note", note])
+    _append(sheet, [])
+    price_headers = [
+        "gpu",
+        "replica_gpus",
+        "usd_per_gpu_hour",
+        "provider",
+        "instance",
+        "gpus_per_instance",
+        "region",
+        "tier",
+        "as_of",
+        "sheet",
+        "note",
+        "source",
+    ]
+    _append(sheet, ["prices"])
+    _append(sheet, price_headers)
+    for price in price_rows(inputs):
+        quote = price["quote"] or {}
+        _append(
+            sheet,
+            [
+                price["gpu"],
+                price["replica_gpus"],
+                sig(quote.get("usd_per_gpu_hour"), 6),
+                *(quote.get(k) for k in ("provider", "instance", "gpus_per_instance")),
+                *(quote.get(k, "") for k in ("region", "tier", "as_of", "sheet")),
+                quote.get("note", "") if quote else "no price",
+                quote.get("source", ""),
+            ],
+            [None, INT, USD_RATE, None, None, INT],
+        )
+    _widths(sheet)
+
+
+def _hourly(traffic: dict) -> str:
+    return ", ".join(f"{v:g}" for v in traffic.get("hourly_rps") or [])
+
+
+def _number_or_text(value):
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int | float):
+        return sig(value, 6) if isinstance(value, float) else value
+    return str(value)
+
+
+SUMMARY_HEADERS = [
+    "scope",
+    "name",
+    "recommended",
+    "model",
+    "gpu",
+    "precision",
+    "tp",
+    "replicas",
+    "replicas_low",
+    "replicas_high",
+    "gpus",
+    "nodes",
+    "usd_per_month",
+    "usd_per_month_low",
+    "usd_per_month_high",
+    "usd_per_mtok_output",
+    "ttft_ms",
+    "tpot_ms",
+    "api_usd_per_month",
+    "breakeven_tokens_per_month",
+    "hybrid_selfhost_replicas",
+    "hybrid_api_token_share",
+    "hybrid_usd_per_month",
+    "price_source",
+    "why_none",
+]
+SUMMARY_FORMATS = [None] * 6 + [INT] * 6 + [USD] * 3 + [USD_RATE, RATE, RATE, USD, INT, INT]
+SUMMARY_FORMATS += [FRACTION, USD]
+
+
+def _pair(value, index: int):
+    if isinstance(value, list | tuple) and len(value) == 2:
+        return value[index]
+    return None
+
+
+def summary_row(scope: str, name: str, entry: dict, inputs: dict) -> list:
+    """One summary line from a per-GPU or per-model entry (fields read defensively)."""
+    breakeven = entry.get("breakeven") or {}
+    hybrid = breakeven.get("hybrid") or entry.get("hybrid") or {}
+    band = entry.get("band") or {}
+    recommended = bool(entry.get("recommended"))
+    source = entry.get("price_source")
+    if source is None and recommended and entry.get("gpu"):
+        replica = (entry.get("gpus") or 0) // max(entry.get("replicas") or 1, 1)
+        source = row_price_source(inputs, entry["gpu"], replica or 1)
+    return [
+        scope,
+        name,
+        recommended,
+        entry.get("model") if recommended else None,
+        entry.get("gpu_name") or entry.get("gpu"),
+        entry.get("precision") if recommended else None,
+        clean_value(entry.get("tp"), "int"),
+        clean_value(entry.get("replicas"), "int"),
+        clean_value(_pair(band.get("replicas"), 0), "int"),
+        clean_value(_pair(band.get("replicas"), 1), "int"),
+        clean_value(entry.get("gpus"), "int"),
+        clean_value(entry.get("nodes"), "int"),
+        cents(entry.get("usd_per_month")),
+        cents(_pair(band.get("usd_per_month"), 0)),
+        cents(_pair(band.get("usd_per_month"), 1)),
+        sig(entry.get("usd_per_mtok")),
+        sig(entry.get("ttft_ms")),
+        sig(entry.get("tpot_ms")),
+        cents(breakeven.get("api_usd_per_month")),
+        sig(breakeven.get("crossing_tokens_per_month")),
+        clean_value(hybrid.get("selfhost_replicas"), "int"),
+        sig(hybrid.get("api_token_share"), 3),
+        cents(hybrid.get("usd_per_month")),
+        quote_label(source) if source else "",
+        entry.get("why_none") or "",
+    ]
+
+
+def _per_model(summary: dict) -> list[tuple[str, dict]]:
+    """``summary.per_model`` as (model, entry) pairs, whether a list or a dict of entries."""
+    per_model = summary.get("per_model") or []
+    if isinstance(per_model, dict):
+        return [(str(k), v) for k, v in per_model.items() if isinstance(v, dict)]
+    return [
+        (str(e.get("model_name") or e.get("model") or ""), e)
+        for e in per_model
+        if isinstance(e, dict)
+    ]
+
+
+def _summary_sheet(book: Workbook, run: SizingRun) -> None:
+    summary, inputs = run.summary or {}, run.inputs or {}
+    sheet = book.create_sheet("summary", 0)
+    _append(sheet, SUMMARY_HEADERS)
+    best = summary.get("best")
+    for entry in summary.get("per_gpu") or []:
+        scope = "best overall" if best and entry.get("recommended") == best else "per GPU"
+        entry = entry | _recommended_fields(run, entry)
+        row = summary_row(scope, entry.get("gpu_name", ""), entry, inputs)
+        _append(sheet, row, SUMMARY_FORMATS)
+    for model, entry in _per_model(summary):
+        _append(sheet, summary_row("per model", model, entry, inputs), SUMMARY_FORMATS)
+    verdict = run_verdict(run)
+    if verdict["nothing"]:
+        _append(sheet, ["nothing fits", verdict["nothing"]])
+    for warning in verdict["warnings"]:
+        _append(sheet, ["warning", warning])
+    _widths(sheet)
+    sheet.freeze_panes = "A2"
+
+
+def _recommended_fields(run: SizingRun, entry: dict) -> dict:
+    """Fill band and node numbers from the recommended result when the summary lacks them."""
+    key = entry.get("recommended")
+    if not isinstance(key, str) or (entry.get("band") and entry.get("nodes")):
+        return {}
+    result = run.results.filter(candidate_key=key).only("derivation").first()
+    if result is None:
+        return {}
+    derivation = result.derivation or {}
+    out = {}
+    if not entry.get("band") and derivation.get("band"):
+        out["band"] = derivation["band"]
+    if not entry.get("nodes") and derivation.get("nodes") is not None:
+        out["nodes"] = derivation["nodes"]
+    return out
 
 
 def run_xlsx(run: SizingRun) -> bytes:
     book = Workbook()
-    sheet = book.active
-    sheet.title = "results"
-    sheet.append(HEADERS)
-    for row in result_rows(run):
-        sheet.append(row)
-    for index, header in enumerate(HEADERS, start=1):
-        sheet.column_dimensions[get_column_letter(index)].width = max(10, len(header) + 2)
-    sheet.freeze_panes = "A2"
-    about = book.create_sheet("run")
-    inputs = run.inputs
-    sheet_info = inputs.get("price_sheet") or {}
-    for key, value in [
-        ("scenario", inputs.get("scenario", {}).get("name", "")),
-        ("run_id", run.pk),
-        ("status", run.status),
-        ("finished_at", run.finished_at.isoformat() if run.finished_at else ""),
-        ("price_sheet", f"{sheet_info.get('name', '')} v{sheet_info.get('version', '')}"),
-        ("tier", inputs.get("tier", "")),
-        ("candidates", run.candidate_count),
-    ]:
-        about.append([key, value])
+    _results_sheet(book, run)
+    _summary_sheet(book, run)
+    _inputs_sheet(book, run)
     buffer = io.BytesIO()
     book.save(buffer)
     return buffer.getvalue()
 
 
-__all__ = ["COLUMNS", "HEADERS", "run_csv", "run_xlsx", "CandidateResult"]
+__all__ = ["COLUMNS", "HEADERS", "run_csv", "run_xlsx", "unfinished_reason", "safe_text"]

@@ -19,7 +19,7 @@ from fleets.models import GpuSku, ModelArchitecture
 from planner.models import PRECISIONS, Engine, Scenario, Tier
 from planner.scenario_io import flatten
 from planner.selectors import catalog_index
-from pricing.models import PriceSheet
+from pricing.models import GpuHourPrice, PriceSheet
 
 # Unit shown beside each input (empty string: dimensionless, shown as nothing).
 UNITS = {
@@ -39,12 +39,15 @@ UNITS = {
     "tp_options": "GPUs",
     "pp_options": "stages",
     "ep_options": "GPUs",
+    "reserved_discount": "fraction 0–0.95",
+    "gpu_prices": "$/GPU-hour",
     "api_input_usd_per_mtok": "$/M input tokens",
     "api_output_usd_per_mtok": "$/M output tokens",
     "target_utilization": "fraction 0–1",
     "spare_replicas": "replicas",
     "burst_factor": "× peak",
     "warm_pool_replicas": "replicas",
+    "spare_nodes": "nodes",
     "tags": "comma-separated",
 }
 
@@ -78,12 +81,21 @@ SECTIONS = [
             "calibration_profile",
         ],
     ),
-    ("Pricing", ["tier", "price_sheet"]),
+    ("Pricing", ["tier", "price_sheet", "price_provider", "reserved_discount", "gpu_prices"]),
     (
         "API alternative",
         ["api_provider", "api_model", "api_input_usd_per_mtok", "api_output_usd_per_mtok"],
     ),
-    ("Policy", ["target_utilization", "spare_replicas", "burst_factor", "warm_pool_replicas"]),
+    (
+        "Policy",
+        [
+            "target_utilization",
+            "spare_replicas",
+            "spare_nodes",
+            "burst_factor",
+            "warm_pool_replicas",
+        ],
+    ),
 ]
 
 DEFAULTED_FIELDS = [
@@ -95,8 +107,10 @@ DEFAULTED_FIELDS = [
     "spare_replicas",
     "burst_factor",
     "warm_pool_replicas",
+    "spare_nodes",
 ]
 LIST_FIELDS = {"tags", "hourly_rps", "tp_options", "pp_options", "ep_options"}
+CHEAPEST_LABEL = "cheapest (any provider)"
 
 
 def _split(value: str) -> list[str]:
@@ -163,6 +177,20 @@ class ScenarioForm(forms.Form):
         empty_label="the sheet in force when the run starts",
     )
 
+    price_provider = forms.ChoiceField(label="GPU provider", required=False)
+    reserved_discount = forms.FloatField(
+        label="Reserved / committed discount",
+        required=False,
+        help_text="Tier reserved: on-demand price × (1 − discount), e.g. 0.3; "
+        "blank: the sheet's reserved rows.",
+    )
+    gpu_prices = forms.CharField(
+        label="Your GPU prices",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="One per line, overriding the sheet: H100 = 2.50; blank: the sheet's prices.",
+    )
+
     api_provider = forms.CharField(label="API provider", required=False, max_length=80)
     api_model = forms.CharField(label="API model", required=False, max_length=200)
     api_input_usd_per_mtok = forms.FloatField(label="API input price", required=False)
@@ -172,6 +200,12 @@ class ScenarioForm(forms.Form):
     spare_replicas = forms.IntegerField(label="Spare replicas (N+k)", initial=1, required=False)
     burst_factor = forms.FloatField(label="Burst factor", initial=1.0, required=False)
     warm_pool_replicas = forms.IntegerField(label="Warm-pool replicas", initial=0, required=False)
+    spare_nodes = forms.IntegerField(
+        label="Spare nodes (N+k by failure domain)",
+        initial=0,
+        required=False,
+        help_text="The SLO holds with this many whole nodes down.",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -184,6 +218,9 @@ class ScenarioForm(forms.Form):
         self.fields["price_sheet"].queryset = PriceSheet.objects.order_by(
             "-effective_date", "-version"
         )
+        self.fields["price_provider"].choices = [("", CHEAPEST_LABEL)] + [
+            (p, p) for p in gpu_providers()
+        ]
         for name, field in self.fields.items():
             field.unit = UNITS.get(name, "")
             described = [f"id_{name}_unit"] if field.unit else []
@@ -209,6 +246,23 @@ class ScenarioForm(forms.Form):
             except ValueError:
                 raise ValidationError(f"{part!r} is not a number") from None
         return values
+
+    def clean_gpu_prices(self) -> dict[str, float]:
+        """'H100 = 2.50' lines (or comma-separated) -> {"H100": 2.5}; names resolve later."""
+        prices = {}
+        for part in _split(self.cleaned_data.get("gpu_prices") or ""):
+            if not part:
+                continue
+            name, sep, value = part.replace(":", "=").partition("=")
+            try:
+                prices[name.strip()] = float(value.strip().lstrip("$"))
+            except ValueError:
+                raise ValidationError(
+                    f"{part!r}: write GPU = $/GPU-hour, e.g. H100 = 2.50"
+                ) from None
+            if not sep or not name.strip():
+                raise ValidationError(f"{part!r}: write GPU = $/GPU-hour, e.g. H100 = 2.50")
+        return prices
 
     def _int_list(self, name: str) -> list[int]:
         values = []
@@ -267,6 +321,8 @@ def initial_from_flat(flat: dict) -> dict:
             initial[key] = ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
         else:
             initial[key] = value
+    if isinstance(flat.get("gpu_prices"), dict):
+        initial["gpu_prices"] = gpu_prices_text(flat["gpu_prices"])
     index = catalog_index()
     for key, finder, model in (
         ("models", index.model_id, ModelArchitecture),
@@ -293,6 +349,16 @@ def initial_from_scenario(scenario: Scenario) -> dict:
     initial["gpus"] = list(scenario.candidate_gpus.values_list("slug", flat=True))
     initial["price_sheet"] = scenario.price_sheet_id
     return initial
+
+
+def gpu_prices_text(prices: dict) -> str:
+    """{slug: $/GPU-h} -> 'H100 SXM = 2.5' lines for the form (names resolve back)."""
+    names = dict(GpuSku.objects.filter(slug__in=prices).values_list("slug", "name"))
+    return "\n".join(f"{names.get(slug, slug)} = {usd:g}" for slug, usd in prices.items())
+
+
+def gpu_providers() -> list[str]:
+    return sorted(set(GpuHourPrice.objects.values_list("provider", flat=True)), key=str.casefold)
 
 
 # --------------------------------------------------------------------------- presets

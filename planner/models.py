@@ -97,6 +97,23 @@ class Scenario(models.Model):
         help_text="Blank: the sheet in force when the run starts.",
     )
     tier = models.CharField(max_length=20, choices=Tier.choices, default=Tier.ON_DEMAND)
+    gpu_prices = models.JSONField(
+        "custom $/GPU-hour by GPU slug",
+        default=dict,
+        blank=True,
+        help_text='Overrides the sheet for this scenario, e.g. {"h100_sxm": 2.5}.',
+    )
+    price_provider = models.CharField(
+        max_length=80, blank=True, help_text="Provider to price GPUs from; blank: the cheapest."
+    )
+    reserved_discount = models.FloatField(
+        "reserved / committed discount",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0), MaxValueValidator(0.95)],
+        help_text="Fraction off the on-demand price for tier reserved; blank: the sheet's "
+        "reserved rows.",
+    )
     api_provider = models.CharField(max_length=80, blank=True)
     api_model = models.CharField(max_length=200, blank=True)
     api_input_usd_per_mtok = models.FloatField(
@@ -115,6 +132,12 @@ class Scenario(models.Model):
         default=1.0, validators=[MinValueValidator(1), MaxValueValidator(100)]
     )
     warm_pool_replicas = models.PositiveIntegerField(default=0)
+    spare_nodes = models.PositiveIntegerField(
+        "N+k spare nodes",
+        default=0,
+        validators=[MaxValueValidator(1000)],
+        help_text="Whole nodes the serving replicas must survive losing (failure domains).",
+    )
 
     class Meta:
         ordering = ["-updated_at"]

@@ -37,6 +37,9 @@ PATHS: dict[str, tuple[str, ...]] = {
     "calibration_profile": ("candidates", "calibration_profile"),
     "tier": ("pricing", "tier"),
     "price_sheet": ("pricing", "price_sheet"),
+    "gpu_prices": ("pricing", "gpu_prices"),
+    "price_provider": ("pricing", "provider"),
+    "reserved_discount": ("pricing", "reserved_discount"),
     "api_provider": ("api_alternative", "provider"),
     "api_model": ("api_alternative", "model"),
     "api_input_usd_per_mtok": ("api_alternative", "input_usd_per_mtok"),
@@ -45,6 +48,7 @@ PATHS: dict[str, tuple[str, ...]] = {
     "spare_replicas": ("policy", "spare_replicas"),
     "burst_factor": ("policy", "burst_factor"),
     "warm_pool_replicas": ("policy", "warm_pool_replicas"),
+    "spare_nodes": ("policy", "spare_nodes"),
 }
 GROUPS = {path[0] for path in PATHS.values() if len(path) > 1}
 _MISSING = object()

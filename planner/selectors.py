@@ -15,22 +15,11 @@ from fleets.selectors import (  # noqa: F401  (re-exported)
     resolve_gpu,
     resolve_model,
 )
-from pricing.models import GpuHourPrice, PriceSheet
+from pricing.models import PriceSheet
 
 
 def latest_price_sheet() -> PriceSheet | None:
     return PriceSheet.objects.order_by("-effective_date", "-version").first()
-
-
-def gpu_hour_price(
-    sheet: PriceSheet, gpu_slug: str, tier: str = "on_demand"
-) -> GpuHourPrice | None:
-    """The cheapest price for this GPU and tier on the sheet (None when the sheet has none)."""
-    return (
-        GpuHourPrice.objects.filter(sheet=sheet, gpu_slug=gpu_slug, tier=tier)
-        .order_by("usd_per_gpu_hour")
-        .first()
-    )
 
 
 # --------------------------------------------------------------------------- scenarios

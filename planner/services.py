@@ -17,11 +17,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleets.models import GpuSku, ModelArchitecture
+from planner import prices as scenario_prices
 from planner import snapshot as snap
 from planner.models import PRECISIONS, Scenario, ShareLink, SizingRun
 from planner.selectors import (
     catalog_index,
-    gpu_hour_price,
     gpu_spec,
     latest_price_sheet,
     model_spec,
@@ -62,6 +62,9 @@ SCALAR_FIELDS = [
     "engine",
     "calibration_profile",
     "tier",
+    "gpu_prices",
+    "price_provider",
+    "reserved_discount",
     "api_provider",
     "api_model",
     "api_input_usd_per_mtok",
@@ -70,6 +73,7 @@ SCALAR_FIELDS = [
     "spare_replicas",
     "burst_factor",
     "warm_pool_replicas",
+    "spare_nodes",
 ]
 MAX_CANDIDATES = 20_000
 
@@ -187,6 +191,7 @@ def clean_scenario_data(data: dict, *, partial_of: Scenario | None = None) -> Cl
     if merged["tp_options"] and model_ids:
         _check_tp_divides_heads(errors, merged["tp_options"], model_ids)
     sheet = _price_sheet(errors, data, partial_of)
+    scenario_prices.clean_pricing(errors, merged, index, sheet or latest_price_sheet())
     scenario = Scenario(**{k: v for k, v in merged.items() if k in SCALAR_FIELDS})
     try:
         scenario.clean_fields(exclude=["owner", "price_sheet"])
@@ -307,12 +312,9 @@ def build_inputs_snapshot(
     """
     models = list(scenario.candidate_models.all()) if models is None else list(models)
     gpus = list(scenario.candidate_gpus.all()) if gpus is None else list(gpus)
-    prices, missing = {}, []
-    for gpu in gpus:
-        row = gpu_hour_price(sheet, gpu.slug, scenario.tier) if sheet else None
-        prices[gpu.slug] = row.usd_per_gpu_hour if row else 0.0
-        if row is None:
-            missing.append(gpu.name)
+    candidates = expand_candidates(scenario, models, gpus)
+    priced = scenario_prices.snapshot_prices(scenario, sheet, gpus, candidates)
+    quotes = priced["quotes"]
     traffic = Traffic(
         peak_rps=scenario.peak_rps,
         mean_rps=scenario.mean_rps,
@@ -340,23 +342,38 @@ def build_inputs_snapshot(
                 scenario.spare_replicas,
                 scenario.burst_factor,
                 scenario.warm_pool_replicas,
+                spare_nodes=scenario.spare_nodes,
             )
         ),
         "api_price": snap.to_json(api) if api else None,
         "engine": snap.to_json(EngineSettings(engine=scenario.engine)),
         "calibrations": _calibrations(scenario, gpus),
         "models": {m.slug: snap.to_json(model_spec(m)) for m in models},
-        "gpus": {g.slug: snap.to_json(gpu_spec(g, prices[g.slug])) for g in gpus},
+        "gpus": {g.slug: _gpu_json(g, quotes[g.slug]) for g in gpus},
         "gpu_names": {g.slug: g.name for g in gpus},
         "tier": scenario.tier,
         "price_sheet": {"id": sheet.pk, "name": sheet.name, "version": sheet.version}
         if sheet
         else None,
-        "gpus_without_price": missing,
-        "candidates": expand_candidates(scenario, models, gpus),
+        "gpus_without_price": priced["missing"],
+        "price_notes": priced["notes"],
+        "pricing": {
+            "provider": scenario.price_provider or "cheapest",
+            "reserved_discount": scenario.reserved_discount,
+            "gpu_prices": scenario.gpu_prices or {},
+        },
+        "candidates": candidates,
         # re-size the leading candidates on simulated tail latencies (planner.tails)
         "simulate_tails": settings.SIZING_SIMULATE_TAILS,
     }
+
+
+def _gpu_json(gpu: GpuSku, quotes: dict) -> dict:
+    """The GPU's spec priced at its default quote, with every quote and its provenance:
+    ``price_source`` (the default's) and ``prices_by_replica_gpus`` ({"8": quote or None})."""
+    default = quotes["default"]
+    spec = snap.to_json(gpu_spec(gpu, default["usd_per_gpu_hour"] if default else 0.0))
+    return spec | {"price_source": default, "prices_by_replica_gpus": quotes["by_replica_gpus"]}
 
 
 def _calibrations(scenario: Scenario, gpus) -> dict:

@@ -7,7 +7,8 @@ or the prices changed, and two runs can be compared field by field.
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+import math
+from dataclasses import asdict, fields, replace
 from typing import Any
 
 from sizing.chain import Candidate
@@ -56,6 +57,28 @@ def api_price(snapshot: dict) -> ApiPrice | None:
     return _build(ApiPrice, data) if data else None
 
 
+def gpu_price(snapshot: dict, gpu_slug: str, replica_gpus: int) -> tuple[float, dict | None]:
+    """($/GPU-hour, price_source) a replica of ``replica_gpus`` GPUs pays on this GPU.
+
+    The quote for that replica size (``prices_by_replica_gpus``, priced from instances that can
+    hold it) when the snapshot has one, else the GPU's default; (0.0, None) means no price.
+    Snapshots written before per-size quotes carry only ``usd_per_gpu_hour``.
+    """
+    gpu = snapshot["gpus"][gpu_slug]
+    by_size = gpu.get("prices_by_replica_gpus") or {}
+    quote = by_size.get(str(replica_gpus), gpu.get("price_source"))
+    if quote is None and not by_size and "price_source" not in gpu:
+        return float(gpu.get("usd_per_gpu_hour") or 0.0), None
+    return (float(quote["usd_per_gpu_hour"]), quote) if quote else (0.0, None)
+
+
+def gpus_per_node(snapshot: dict, gpu_slug: str, replica_gpus: int) -> int:
+    """GPUs in one node for packing: the priced instance's GPU count, else the catalog's."""
+    _, quote = gpu_price(snapshot, gpu_slug, replica_gpus)
+    stated = (quote or {}).get("gpus_per_instance")
+    return int(stated or snapshot["gpus"][gpu_slug].get("gpus_per_node") or 1)
+
+
 def candidates(snapshot: dict, indices: range | list[int] | None = None) -> list[Candidate]:
     """Core candidates for the given indices of ``snapshot["candidates"]`` (all by default)."""
     models = {k: _build(ModelSpec, v) for k, v in snapshot["models"].items()}
@@ -67,10 +90,14 @@ def candidates(snapshot: dict, indices: range | list[int] | None = None) -> list
     out = []
     for i in chosen:
         row = rows[i]
+        usd, quote = gpu_price(snapshot, row["gpu"], row["tp"] * row["pp"])
+        if quote is None and "price_source" in snapshot["gpus"][row["gpu"]]:
+            usd = math.nan  # no instance on the sheet holds this replica: cost unknown, not $0
+        gpu = gpus[row["gpu"]]
         out.append(
             Candidate(
                 model=models[row["model"]],
-                gpu=gpus[row["gpu"]],
+                gpu=gpu if usd == gpu.usd_per_gpu_hour else replace(gpu, usd_per_gpu_hour=usd),
                 weight_precision=row["precision"],
                 kv_precision=row.get("kv_precision") or None,
                 parallelism=Parallelism(tp=row["tp"], pp=row["pp"], ep=row["ep"]),

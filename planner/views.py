@@ -22,6 +22,7 @@ from rest_framework.authtoken.models import Token
 
 from fleets.models import GpuSku, ModelArchitecture
 from planner import charts, exports, selectors, services
+from planner import compare as compare_numbers
 from planner.dates import parse_moment
 from planner.forms import (
     ScenarioForm,
@@ -30,6 +31,9 @@ from planner.forms import (
     presets,
 )
 from planner.models import CandidateResult, Scenario, ShareLink, SizingRun
+from planner.prices import price_rows, row_price_source
+from planner.verdicts import run_verdict
+from pricing.quotes import label as quote_label
 
 MAX_TABLE_ROWS = 500
 XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
@@ -274,17 +278,29 @@ def run_progress(request, pk: int):
     run = visible_run(request, pk)
     if not request.htmx:
         return redirect("planner:run-detail", pk=run.pk)
-    context = {"run": run, "read_only": False, **run_body_context(run, None)}
+    context = {"run": run, "read_only": False, "oob_exports": True, **run_body_context(run, None)}
     return render(request, "planner/_run_body.html", context)
 
 
+def _unfinished(run: SizingRun) -> HttpResponse | None:
+    """409 with the reason when the run has no finished results to export."""
+    reason = exports.unfinished_reason(run)
+    if reason is None:
+        return None
+    return HttpResponse(reason, status=409, content_type="text/plain; charset=utf-8")
+
+
 def _csv_response(run: SizingRun) -> HttpResponse:
+    if refused := _unfinished(run):
+        return refused
     response = HttpResponse(exports.run_csv(run), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="headroom-run-{run.pk}.csv"'
     return response
 
 
 def _xlsx_response(run: SizingRun) -> HttpResponse:
+    if refused := _unfinished(run):
+        return refused
     response = HttpResponse(exports.run_xlsx(run), content_type=XLSX_TYPE)
     response["Content-Disposition"] = f'attachment; filename="headroom-run-{run.pk}.xlsx"'
     return response
@@ -445,6 +461,7 @@ def scenario_inputs(scenario: Scenario) -> list[tuple[str, str]]:
         ("Spare replicas (N+k)", _fmt(scenario.spare_replicas)),
         ("Burst factor (× peak)", _fmt(scenario.burst_factor)),
         ("Warm-pool replicas", _fmt(scenario.warm_pool_replicas)),
+        ("Spare nodes (N+k by failure domain)", _fmt(scenario.spare_nodes)),
     ]
 
 
@@ -505,6 +522,7 @@ def run_inputs(run: SizingRun) -> list[tuple[str, str]]:
         ("Spare replicas (N+k)", _fmt(policy.get("spare_replicas"))),
         ("Burst factor (× peak)", _fmt(policy.get("burst_factor"))),
         ("Warm-pool replicas", _fmt(policy.get("warm_pool_replicas"))),
+        ("Spare nodes (N+k by failure domain)", _fmt(policy.get("spare_nodes", 0))),
     ]
 
 
@@ -584,7 +602,8 @@ def compare(request):
             differs = len(set(values)) > 1 and not label.startswith("Run")
             rows.append({"label": label, "values": values, "differs": differs})
         sections.append({"title": title, "rows": rows})
-    context = {"columns": columns, "sections": sections}
+    deltas = compare_numbers.delta_rows([compare_numbers.run_metrics(c["run"]) for c in columns])
+    context = {"columns": columns, "sections": sections, "deltas": deltas}
     return render(request, "planner/compare.html", context)
 
 
@@ -614,6 +633,9 @@ def run_body_context(run: SizingRun, chain_param) -> dict:
     rows = list(run.results.defer("derivation").order_by("rank", "candidate_key")[:MAX_TABLE_ROWS])
     estimated = False
     for row in rows:  # ttft_ms / tpot_ms are at the SLO percentile (latency_statistic)
+        row.price_label = quote_label(
+            row_price_source(inputs, row.gpu_slug, row.tp * row.pp) if row.usd_per_hour else None
+        )
         row.ttft_at_pct, row.tpot_at_pct = row.ttft_ms, row.tpot_ms
         estimated = estimated or row.latency_source != "simulated"
     recommended = list(run.results.filter(recommended=True).order_by("rank"))
@@ -713,4 +735,6 @@ def run_body_context(run: SizingRun, chain_param) -> dict:
         "chain": chain_sections(chain_result.derivation) if chain_result else [],
         "charts": charts_,
         "chart_notes": notes,
+        "price_rows": price_rows(inputs),
+        "verdict": run_verdict(run),
     }

@@ -43,6 +43,15 @@ def _money(value: str, line: int, field: str) -> float | None:
     return number
 
 
+def _count(value: str | None, line: int) -> int | None:
+    """GPUs per instance: blank (not stated) or a whole number from 1 to 72."""
+    if value in (None, ""):
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= 72:
+        raise PriceFileError(f"line {line}: gpus_per_instance = {value!r} is not 1 to 72")
+    return int(value)
+
+
 def _as_of(value: str, line: int) -> dt.date:
     """ISO date; a month alone ("2024-12 (note)") means its first day, the note kept in source."""
     text = value.strip()
@@ -76,6 +85,7 @@ def read_price_rows(path: Path) -> tuple[list[dict], list[dict]]:
                             | {
                                 "gpu_slug": row["gpu_slug"],
                                 "item": row["item"],
+                                "gpus_per_instance": _count(row.get("gpus_per_instance"), line),
                                 "region": row["region_or_tier"],
                                 "tier": tier,
                                 "usd_per_gpu_hour": price,
@@ -105,6 +115,7 @@ def _snapshot(sheet: PriceSheet) -> tuple[set, set]:
         "as_of",
         "gpu_slug",
         "item",
+        "gpus_per_instance",
         "region",
         "tier",
         "usd_per_gpu_hour",

@@ -90,6 +90,12 @@ class GpuHourPrice(SheetRow):
     item = models.CharField(
         max_length=200, help_text="Instance or product as the provider names it."
     )
+    gpus_per_instance = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="GPUs in one instance of this item (blank: not stated); a replica is priced "
+        "only from instances that can hold it.",
+    )
     region = models.CharField(max_length=120, blank=True)
     tier = models.CharField(max_length=20, choices=Tier.choices)
     usd_per_gpu_hour = models.FloatField(validators=[validate_price])

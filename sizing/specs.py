@@ -237,6 +237,9 @@ class Policy:
     spare_replicas: int = 1  # N+k
     burst_factor: float = 1.0  # extra multiplier on peak for bursts within the hour
     warm_pool_replicas: int = 0
+    #: N+k by failure domain: the serving replicas survive this many whole nodes down
+    #: (sizing.nodes); replica-level ``spare_replicas`` is separate.
+    spare_nodes: int = 0
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from rest_framework import serializers
 from fleets.models import CalibrationProfile, GpuSku, ModelArchitecture
 from planner import scenario_io, services
 from planner.models import CandidateResult, Engine, Scenario, ShareLink, SizingRun, Tier
+from planner.prices import row_price_source
 from planner.selectors import latest_run
 from pricing.models import ApiTokenPrice, GpuHourPrice, PriceSheet
 
@@ -73,6 +74,23 @@ class PricingSerializer(serializers.Serializer):
     price_sheet = serializers.IntegerField(
         required=False, allow_null=True, help_text="id; null = the sheet in force at run time"
     )
+    gpu_prices = serializers.DictField(
+        child=serializers.FloatField(),
+        required=False,
+        allow_empty=True,
+        help_text='$/GPU-hour by GPU name, overriding the sheet, e.g. {"H100": 2.5}',
+    )
+    provider = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=80,
+        help_text='provider to price GPUs from, or "cheapest" (default)',
+    )
+    reserved_discount = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        help_text="0..0.95 off the on-demand price, tier reserved only; null = reserved rows",
+    )
 
 
 class ApiAlternativeSerializer(serializers.Serializer):
@@ -87,6 +105,12 @@ class PolicySerializer(serializers.Serializer):
     spare_replicas = serializers.IntegerField(required=False, min_value=0, max_value=1000)
     burst_factor = serializers.FloatField(required=False, help_text=">= 1")
     warm_pool_replicas = serializers.IntegerField(required=False, min_value=0, max_value=1000)
+    spare_nodes = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=1000,
+        help_text="N+k by failure domain: whole nodes the serving replicas survive losing",
+    )
 
 
 class LatestRunSerializer(serializers.Serializer):
@@ -158,6 +182,7 @@ class ScenarioSerializer(serializers.Serializer):
     def to_representation(self, scenario: Scenario) -> dict:
         flat = {field: getattr(scenario, field) for field in services.SCALAR_FIELDS}
         flat["price_sheet"] = scenario.price_sheet_id
+        flat["price_provider"] = scenario.price_provider or "cheapest"
         flat["models"] = list(scenario.candidate_models.values_list("hf_id", flat=True))
         flat["gpus"] = list(scenario.candidate_gpus.values_list("slug", flat=True))
         document = scenario_io.nest(flat)
@@ -189,9 +214,20 @@ class ScenarioSerializer(serializers.Serializer):
 
 
 class CandidateResultSerializer(serializers.ModelSerializer):
+    price_source = serializers.SerializerMethodField(
+        help_text="the GPU-hour price this row paid: provider, instance, as_of, source, note"
+    )
+
     class Meta:
         model = CandidateResult
         exclude = ["run"]
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_price_source(self, result) -> dict | None:
+        if result.usd_per_hour is None:
+            return None
+        inputs = self.context.get("inputs") or {}
+        return row_price_source(inputs, result.gpu_slug, result.tp * result.pp)
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -221,7 +257,9 @@ class RunSerializer(serializers.ModelSerializer):
         if not self.context.get("with_results", True):
             return None
         return CandidateResultSerializer(
-            run.results.order_by("rank", "candidate_key"), many=True
+            run.results.order_by("rank", "candidate_key"),
+            many=True,
+            context={"inputs": run.inputs or {}},
         ).data
 
 

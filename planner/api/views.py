@@ -20,6 +20,7 @@ from fleets.measurements import MeasurementError
 from fleets.models import CalibrationProfile, GpuSku, ModelArchitecture
 from planner import exports, selectors, services
 from planner.api import serializers as s
+from planner.api.errors import error_response
 from planner.dates import parse_moment
 from planner.models import ShareLink, SizingRun
 from pricing.models import PriceSheet
@@ -138,10 +139,12 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     def get_serializer_class(self):
         return s.RunListSerializer if self.action == "list" else s.RunSerializer
 
-    @extend_schema(responses={(200, "text/csv"): OpenApiTypes.STR})
+    @extend_schema(responses={(200, "text/csv"): OpenApiTypes.STR, 409: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"], url_path="export.csv")
     def export_csv(self, request, pk=None):
         run = self.get_object()
+        if reason := exports.unfinished_reason(run):
+            return error_response(reason, code=409)
         response = HttpResponse(exports.run_csv(run), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="headroom-run-{run.pk}.csv"'
         return response
@@ -151,12 +154,15 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             (
                 200,
                 "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-            ): OpenApiTypes.BINARY
+            ): OpenApiTypes.BINARY,
+            409: OpenApiTypes.OBJECT,
         }
     )
     @action(detail=True, methods=["get"], url_path="export.xlsx")
     def export_xlsx(self, request, pk=None):
         run = self.get_object()
+        if reason := exports.unfinished_reason(run):
+            return error_response(reason, code=409)
         response = HttpResponse(
             exports.run_xlsx(run),
             content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
