@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('planner', '0002_scenario_shared_with'),
+        ('planner', '0004_scenario_spare_nodes'),
     ]
 
     operations = [
