@@ -24,6 +24,7 @@ from openpyxl.cell import Cell
 from openpyxl.utils import get_column_letter
 
 from planner.models import CandidateResult, SizingRun
+from planner.packing import node_fields
 from planner.prices import price_rows, row_price_source
 from planner.templatetags.headroom import finite_number
 from planner.verdicts import run_verdict
@@ -109,6 +110,25 @@ def _quote(result, inputs) -> dict | None:
     return row_price_source(inputs, result.gpu_slug, result.tp * result.pp)
 
 
+def _packed(result, inputs) -> dict:
+    """Nodes of a row from planner.packing when the pipeline has not stored them yet."""
+    if result.gpu_slug not in (inputs.get("gpus") or {}):
+        return {}
+    values = {
+        "fits": result.fits,
+        "gpu_slug": result.gpu_slug,
+        "gpus_per_replica": result.gpus_per_replica,
+        "replicas": result.replicas,
+        "derivation": result.derivation or {},
+    }
+    return node_fields(inputs, values)
+
+
+def _nodes(result, inputs):
+    value = _pipeline("nodes")(result, inputs)
+    return value if value is not None else _packed(result, inputs).get("nodes")
+
+
 def _gpus_per_node(result, inputs):
     from planner import snapshot as snap
 
@@ -152,7 +172,7 @@ COLUMN_SPECS: list[Column] = [
     Column("output_tok_s_per_replica", _attr("throughput_tok_s"), "rate"),
     Column("replicas", _attr("replicas"), "int"),
     Column("gpus_total", _attr("gpus"), "int"),
-    Column("nodes", _pipeline("nodes"), "int"),
+    Column("nodes", _nodes, "int"),
     Column("gpus_per_node", _gpus_per_node, "int"),
     Column(
         "usd_per_gpu_hour",
@@ -455,15 +475,15 @@ def _recommended_fields(run: SizingRun, entry: dict) -> dict:
     key = entry.get("recommended")
     if not isinstance(key, str) or (entry.get("band") and entry.get("nodes")):
         return {}
-    result = run.results.filter(candidate_key=key).only("derivation").first()
+    result = run.results.filter(candidate_key=key).first()
     if result is None:
         return {}
     derivation = result.derivation or {}
     out = {}
     if not entry.get("band") and derivation.get("band"):
         out["band"] = derivation["band"]
-    if not entry.get("nodes") and derivation.get("nodes") is not None:
-        out["nodes"] = derivation["nodes"]
+    if not entry.get("nodes"):
+        out["nodes"] = _nodes(result, run.inputs or {})
     return out
 
 
