@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable
 
 from planner import runner, tails
+from planner import snapshot as snap
 
 #: Candidates simulated per GPU SKU in one round (rounds run one after the other; the GPUs
 #: of a round run in parallel on the workers).
@@ -45,6 +46,7 @@ VALUE_FIELDS = (
     "usd_per_mtok",
     "tokens_per_usd",
     "headroom",
+    "nodes",
 )
 
 
@@ -221,7 +223,7 @@ def summarize(inputs: dict, ranked: list[dict], best: dict[str, str], tails_on: 
                 }
             )
             continue
-        per_gpu.append({"gpu": slug, "gpu_name": name, **recommendation(row)})
+        per_gpu.append({"gpu": slug, "gpu_name": name, **recommendation(row, inputs)})
     overall = next((r for r in ranked if r.get("recommended")), None)
     return {
         "candidates": len(ranked),
@@ -237,10 +239,11 @@ def summarize(inputs: dict, ranked: list[dict], best: dict[str, str], tails_on: 
     }
 
 
-def recommendation(row: dict) -> dict:
+def recommendation(row: dict, inputs: dict) -> dict:
     """The fields a recommendation card, the API summary and the exports show, from one row
     (the row's own values: never re-derived)."""
     derivation = row.get("derivation") or {}
+    _, price_source = snap.gpu_price(inputs, row["gpu_slug"], row["tp"] * row.get("pp", 1))
     band = derivation.get("band")
     return {
         "recommended": row["candidate_key"],
@@ -263,4 +266,7 @@ def recommendation(row: dict) -> dict:
         "band": band,
         "breakeven": derivation.get("breakeven"),
         "price_note": derivation.get("price_note"),
+        "price_source": price_source,
+        "nodes": row.get("nodes"),
+        "gpus_per_node": row.get("gpus_per_node"),
     }

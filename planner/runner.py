@@ -11,6 +11,7 @@ from dataclasses import asdict
 
 import numpy as np
 
+from planner import packing
 from planner import snapshot as snap
 from sizing.chain import Plan, PlanRow, plan
 from sizing.fleet import band_json, size_fleet
@@ -125,8 +126,13 @@ def row_values(row: PlanRow, inputs: dict, candidate_index: int) -> dict:
             "breakeven": _breakeven(row),
         },
     }
-    if inputs["gpus"][candidate["gpu"]].get("usd_per_gpu_hour", 0) <= 0:
+    price, _ = snap.gpu_price(inputs, candidate["gpu"], row.tp * row.pp)
+    if not price > 0:  # no price, or no instance on the sheet holds this replica (NaN)
         _without_price(values, gpu_name, inputs)
+    nodes = packing.node_fields(inputs, values)
+    values["nodes"], values["gpus_per_node"] = nodes["nodes"], nodes["gpus_per_node"]
+    values["derivation"]["nodes"] = {k: v for k, v in nodes.items() if k != "steps"}
+    values["derivation"]["steps"] += [{**s, "stage": "Nodes"} for s in nodes["steps"]]
     return values
 
 
