@@ -455,3 +455,37 @@ def share_link_revoke(*, link: ShareLink) -> None:
     if link.revoked_at is None:
         link.revoked_at = timezone.now()
         link.save(update_fields=["revoked_at"])
+
+
+# --------------------------------------------------------------------------- teams
+
+MAX_SHARED_WITH = 200
+
+
+def _users_named(usernames) -> list:
+    """Users for a list of usernames; ValidationError on ``shared_with`` naming the unknown."""
+    from django.contrib.auth import get_user_model
+
+    if not isinstance(usernames, list | tuple) or not all(isinstance(u, str) for u in usernames):
+        raise ValidationError({"shared_with": ["must be a list of usernames"]})
+    names = list(dict.fromkeys(u.strip() for u in usernames if u.strip()))
+    if len(names) > MAX_SHARED_WITH:
+        raise ValidationError(
+            {"shared_with": [f"{len(names)} users; share with at most {MAX_SHARED_WITH}"]}
+        )
+    users = {u.username: u for u in get_user_model().objects.filter(username__in=names)}
+    unknown = [name for name in names if name not in users]
+    if unknown:
+        raise ValidationError({"shared_with": [f"no user named {', '.join(unknown)}"]})
+    return [users[name] for name in names]
+
+
+@transaction.atomic
+def scenario_share_set(*, scenario: Scenario, usernames) -> list:
+    """Share the scenario (read-only) with exactly these colleagues; others lose access.
+
+    The owner never appears in the list (they own it). Returns the users it is shared with.
+    """
+    users = [u for u in _users_named(usernames) if u.pk != scenario.owner_id]
+    scenario.shared_with.set(users)
+    return users

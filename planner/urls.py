@@ -1,7 +1,8 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views
+from . import actions, views
+from . import auth_views as accounts
 from .auth_views import ThrottledLoginView
 
 app_name = "planner"
@@ -15,12 +16,30 @@ urlpatterns = [
     path(
         "accounts/logout/", auth_views.LogoutView.as_view(next_page="planner:home"), name="logout"
     ),
+    path("accounts/signup/", accounts.signup, name="signup"),
+    path("accounts/password_reset/", accounts.PasswordResetView.as_view(), name="password_reset"),
+    path(
+        "accounts/password_reset/done/",
+        accounts.PasswordResetDoneView.as_view(),
+        name="password_reset_done",
+    ),
+    path(
+        "accounts/reset/<uidb64>/<token>/",
+        accounts.PasswordResetConfirmView.as_view(),
+        name="password_reset_confirm",
+    ),
+    path(
+        "accounts/reset/done/",
+        accounts.PasswordResetCompleteView.as_view(),
+        name="password_reset_complete",
+    ),
     path("accounts/token/", views.api_token, name="api-token"),
     path("scenarios/", views.scenario_list, name="scenario-list"),
     path("scenarios/new/", views.scenario_create, name="scenario-create"),
     path("scenarios/<int:pk>/", views.scenario_detail, name="scenario-detail"),
     path("scenarios/<int:pk>/edit/", views.scenario_edit, name="scenario-edit"),
     path("scenarios/<int:pk>/run/", views.scenario_run, name="scenario-run"),
+    path("scenarios/<int:pk>/share/", actions.scenario_share, name="scenario-share"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("runs/<int:pk>/progress/", views.run_progress, name="run-progress"),
     path("runs/<int:pk>/export.csv", views.run_export_csv, name="run-export-csv"),
