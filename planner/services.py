@@ -6,6 +6,7 @@ first and saves inside one transaction, so bad input never leaves a half-saved r
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 import secrets
@@ -375,11 +376,19 @@ def _calibrations(scenario: Scenario, gpus) -> dict:
 class WorkersUnavailable(RuntimeError):
     """The broker could not take the job; the run is saved and will be enqueued later."""
 
+    def __init__(self, message: str, run: SizingRun | None = None):
+        super().__init__(message)
+        self.run = run  # the saved, queued run
+
 
 @transaction.atomic
 def _create_run(scenario: Scenario) -> SizingRun:
     sheet = scenario.price_sheet or latest_price_sheet()
-    inputs = build_inputs_snapshot(scenario, sheet)
+    return _save_run(scenario, build_inputs_snapshot(scenario, sheet), sheet)
+
+
+def _save_run(scenario: Scenario, inputs: dict, sheet: PriceSheet | None) -> SizingRun:
+    """A queued run of ``inputs`` (a snapshot); the sheet it prices from is locked."""
     count = len(inputs["candidates"])
     if count == 0:
         raise ValidationError({"candidates": ["no valid candidate (model x GPU x TP) to size"]})
@@ -411,18 +420,30 @@ def sizing_run_start(*, scenario: Scenario) -> SizingRun:
     If the broker is down the run stays saved as queued and ``WorkersUnavailable`` is raised;
     the beat task ``requeue_stuck_runs`` enqueues it once the broker is back.
     """
+    return _enqueue(_create_run(scenario))
+
+
+def _enqueue(run: SizingRun) -> SizingRun:
     from planner import tasks
 
-    run = _create_run(scenario)
     try:
         tasks.enqueue_run(run.pk)
     except tasks.BROKER_ERRORS as exc:
         log.warning("broker unavailable for run %s: %s", run.pk, exc)
         raise WorkersUnavailable(
-            f"run {run.pk} is saved and queued; workers are unavailable right now ({exc})"
+            f"run {run.pk} is saved and queued; workers are unavailable right now ({exc})", run
         ) from exc
     run.refresh_from_db()
     return run
+
+
+def sizing_run_rerun(*, run: SizingRun) -> SizingRun:
+    """Run again exactly what ``run`` used: a new run of a copy of its inputs snapshot (same
+    specs, prices, calibration and candidates, whatever the scenario or catalog say now).
+    Raises ``WorkersUnavailable`` like ``sizing_run_start``."""
+    with transaction.atomic():
+        rerun = _save_run(run.scenario, copy.deepcopy(run.inputs), run.price_sheet)
+    return _enqueue(rerun)
 
 
 # --------------------------------------------------------------------------- share links
@@ -489,3 +510,41 @@ def scenario_share_set(*, scenario: Scenario, usernames) -> list:
     users = [u for u in _users_named(usernames) if u.pk != scenario.owner_id]
     scenario.shared_with.set(users)
     return users
+
+
+# --------------------------------------------------------------------------- scenario life
+
+
+def scenario_flat(scenario: Scenario) -> dict:
+    """The scenario as the flat dict ``scenario_create`` takes (models by Hugging Face id,
+    GPUs by slug), e.g. to copy it."""
+    flat = {field: copy.deepcopy(getattr(scenario, field)) for field in SCALAR_FIELDS}
+    flat["models"] = list(scenario.candidate_models.values_list("hf_id", flat=True))
+    flat["gpus"] = list(scenario.candidate_gpus.values_list("slug", flat=True))
+    flat["price_sheet"] = scenario.price_sheet_id
+    return flat
+
+
+def scenario_clone(*, scenario: Scenario, owner) -> Scenario:
+    """A copy owned by ``owner`` (not shared, not archived, no runs), named "Copy of ...".
+
+    It goes through ``scenario_create``, so the copy is validated as new input: a model the
+    new owner cannot see is refused by name."""
+    data = scenario_flat(scenario)
+    data["name"] = f"Copy of {scenario.name}"[: Scenario._meta.get_field("name").max_length]
+    return scenario_create(owner=owner, data=data)
+
+
+def scenario_archive(*, scenario: Scenario, archived: bool = True) -> Scenario:
+    """Archive (hide from the lists, keep everything) or bring back a scenario."""
+    scenario.archived_at = (scenario.archived_at or timezone.now()) if archived else None
+    Scenario.objects.filter(pk=scenario.pk).update(archived_at=scenario.archived_at)
+    return scenario
+
+
+def scenario_delete(*, scenario: Scenario) -> int:
+    """Delete a scenario with its runs, results and share links; return how many runs went."""
+    with transaction.atomic():
+        runs = scenario.runs.count()
+        scenario.delete()
+    return runs

@@ -137,7 +137,8 @@ def best_option(summary: dict) -> dict | None:
 def scenario_list(request):
     query = request.GET.get("q", "").strip()
     tag = request.GET.get("tag", "").strip()
-    visible = selectors.scenarios_visible_to(request.user)
+    archived = request.GET.get("archived") == "1"
+    visible = selectors.scenarios_visible_to(request.user).filter(archived_at__isnull=not archived)
     latest = SizingRun.objects.filter(scenario=OuterRef("pk")).order_by("-created_at")
     scenarios = visible.select_related("owner").annotate(
         latest_run_id=Subquery(latest.values("pk")[:1])
@@ -155,7 +156,13 @@ def scenario_list(request):
         best = best_option(scenario.latest_run.summary) if scenario.latest_run else None
         scenario.best_usd_per_month = best.get("usd_per_month") if best else None
     all_tags = sorted({t for tags in visible.values_list("tags", flat=True) for t in tags or []})
-    context = {"scenarios": scenarios, "query": query, "tag": tag, "all_tags": all_tags}
+    context = {
+        "scenarios": scenarios,
+        "query": query,
+        "tag": tag,
+        "all_tags": all_tags,
+        "archived": archived,
+    }
     return render(request, "planner/scenario_list.html", context)
 
 

@@ -143,6 +143,9 @@ class ScenarioSerializer(serializers.Serializer):
     )
     created_at = serializers.DateTimeField(read_only=True)
     updated_at = serializers.DateTimeField(read_only=True)
+    archived_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="set: archived (POST archive/, unarchive/)"
+    )
     latest_run = serializers.SerializerMethodField()
 
     @extend_schema_field(LatestRunSerializer(allow_null=True))
@@ -172,6 +175,9 @@ class ScenarioSerializer(serializers.Serializer):
             id=scenario.pk,
             owner=scenario.owner.username,
             shared_with=sorted(scenario.shared_with.values_list("username", flat=True)),
+            archived_at=serializers.DateTimeField().to_representation(scenario.archived_at)
+            if scenario.archived_at
+            else None,
             created_at=serializers.DateTimeField().to_representation(scenario.created_at),
             updated_at=serializers.DateTimeField().to_representation(scenario.updated_at),
             latest_run=self.get_latest_run(scenario),
