@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from fleets.models import GpuSku, ModelArchitecture
@@ -26,6 +27,7 @@ from planner.selectors import (
     gpu_spec,
     latest_price_sheet,
     model_spec,
+    models_visible_to,
 )
 from pricing.models import ApiTokenPrice, PriceSheet
 from pricing.services import price_sheet_lock
@@ -152,8 +154,13 @@ class CleanScenario:
     price_sheet: PriceSheet | None
 
 
-def clean_scenario_data(data: dict, *, partial_of: Scenario | None = None) -> CleanScenario:
-    """Validate scenario input (API body, form or plan file); raise ValidationError by field."""
+def clean_scenario_data(
+    data: dict, *, partial_of: Scenario | None = None, owner=None
+) -> CleanScenario:
+    """Validate scenario input (API body, form or plan file); raise ValidationError by field.
+
+    With an ``owner`` (or ``partial_of``'s), models resolve among the catalog and the models
+    that user imported, and the calibration profile among the profiles they may use."""
     if not isinstance(data, dict):
         raise ValidationError({"non_field_errors": ["expected a JSON object"]})
     errors = Errors()
@@ -161,7 +168,8 @@ def clean_scenario_data(data: dict, *, partial_of: Scenario | None = None) -> Cl
     if partial_of is not None:
         base = {f: getattr(partial_of, f) for f in SCALAR_FIELDS}
     merged = base | {k: v for k, v in data.items() if k in SCALAR_FIELDS}
-    index = catalog_index()
+    owner = owner if owner is not None else (partial_of.owner if partial_of else None)
+    index = catalog_index(models_visible_to(owner) if owner is not None else None)
     if partial_of is not None and "models" not in data:
         model_ids = list(partial_of.candidate_models.values_list("pk", flat=True))
     else:
@@ -188,6 +196,7 @@ def clean_scenario_data(data: dict, *, partial_of: Scenario | None = None) -> Cl
     if merged["tp_options"] and model_ids:
         _check_tp_divides_heads(errors, merged["tp_options"], model_ids)
     sheet = _price_sheet(errors, data, partial_of)
+    _check_calibration_profile(errors, merged.get("calibration_profile") or "", owner, gpu_ids)
     scenario = Scenario(**{k: v for k, v in merged.items() if k in SCALAR_FIELDS})
     try:
         scenario.clean_fields(exclude=["owner", "price_sheet"])
@@ -214,9 +223,41 @@ def _price_sheet(errors: Errors, data: dict, partial_of: Scenario | None) -> Pri
     return sheet
 
 
+def calibration_profile_choices(owner, gpu_ids=None) -> list[tuple[str, str]]:
+    """(name, label) of the GPU profiles a scenario may pin: the shared fits and the owner's
+    own uploads (a profile pins its own GPU; the other GPUs keep the best match)."""
+    from django.db.models import Q
+
+    from fleets.models import CalibrationProfile
+
+    visible = Q(owner__isnull=True) | (Q(owner=owner) if owner is not None else Q(pk__in=[]))
+    rows = CalibrationProfile.objects.filter(visible, gpu__isnull=False).select_related("gpu")
+    if gpu_ids is not None:
+        rows = rows.filter(gpu_id__in=gpu_ids)
+    choices = {}
+    for row in rows.order_by("gpu__name", "name"):
+        mine = " (yours)" if row.owner_id else ""
+        choices.setdefault(
+            row.name,
+            f"{row.gpu.name} · {row.get_engine_family_display()}"
+            f"{' · ' + row.precision if row.precision else ''}{mine} · "
+            f"±{row.relative_error:.0%}",
+        )
+    return list(choices.items())
+
+
+def _check_calibration_profile(errors: Errors, name: str, owner, gpu_ids: list[int]) -> None:
+    if not name:
+        return
+    if name not in dict(calibration_profile_choices(owner)):
+        errors.add("calibration_profile", f"unknown calibration profile {name!r}")
+    elif name not in dict(calibration_profile_choices(owner, gpu_ids)):
+        errors.add("calibration_profile", f"profile {name!r} is for a GPU not among the GPUs")
+
+
 @transaction.atomic
 def scenario_create(*, owner, data: dict) -> Scenario:
-    clean = clean_scenario_data(data)
+    clean = clean_scenario_data(data, owner=owner)
     scenario = Scenario(owner=owner, price_sheet=clean.price_sheet, **clean.scalars)
     scenario.save()
     scenario.candidate_models.set(clean.model_ids)
@@ -366,11 +407,32 @@ def _calibrations(scenario: Scenario, gpus) -> dict:
     from fleets.calibration import profile_selector
 
     select = profile_selector(owner=scenario.owner if scenario.owner_id else None)
+    pinned = _pinned_profile(scenario)
     out = {}
     for gpu in gpus:
-        calibration, label = select(gpu.slug, scenario.engine, "")
+        key = pinned[1:] if pinned and pinned[0] == gpu.slug else (scenario.engine, "")
+        calibration, label = select(gpu.slug, *key)
         out[gpu.slug] = snap.to_json(calibration) | {"name": label}
     return out
+
+
+def _pinned_profile(scenario: Scenario) -> tuple[str, str, str] | None:
+    """(GPU slug, engine family, precision) of the profile the scenario names, if any."""
+    from django.db.models import Q
+
+    from fleets.models import CalibrationProfile
+
+    if not scenario.calibration_profile:
+        return None
+    visible = Q(owner__isnull=True) | Q(owner_id=scenario.owner_id)
+    row = (
+        CalibrationProfile.objects.filter(visible, name=scenario.calibration_profile)
+        .exclude(gpu=None)
+        .select_related("gpu")
+        .order_by(F("owner_id").desc(nulls_last=True), "-created")
+        .first()
+    )
+    return (row.gpu.slug, row.engine_family, row.precision) if row else None
 
 
 class WorkersUnavailable(RuntimeError):

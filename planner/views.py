@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST, require_safe
 from rest_framework.authtoken.models import Token
 
-from fleets.models import GpuSku, ModelArchitecture
+from fleets.models import GpuSku
 from planner import charts, exports, selectors, services
 from planner.dates import parse_moment
 from planner.forms import (
@@ -38,7 +38,7 @@ XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 def home(request):
     context = {
         "gpus": GpuSku.objects.all(),
-        "models": ModelArchitecture.objects.all(),
+        "models": selectors.models_visible_to(request.user),
         "sheet": selectors.latest_price_sheet(),
     }
     return render(request, "planner/home.html", context)
@@ -197,7 +197,7 @@ def scenario_create(request):
     initial = preset_initial(preset) if preset else None
     if preset and initial is None:
         messages.error(request, f"Unknown preset {preset!r}.")
-    form = ScenarioForm(request.POST or None, initial=initial)
+    form = ScenarioForm(request.POST or None, initial=initial, user=request.user)
     if request.method == "POST" and form.is_valid():
         try:
             scenario = services.scenario_create(owner=request.user, data=form.service_data())
@@ -214,7 +214,9 @@ def scenario_create(request):
 @login_required
 def scenario_edit(request, pk: int):
     scenario = owned_scenario(request, pk)
-    form = ScenarioForm(request.POST or None, initial=initial_from_scenario(scenario))
+    form = ScenarioForm(
+        request.POST or None, initial=initial_from_scenario(scenario), user=request.user
+    )
     if request.method == "POST" and form.is_valid():
         try:
             services.scenario_update(scenario=scenario, data=form.service_data())

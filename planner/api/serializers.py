@@ -272,9 +272,27 @@ class GpuSkuSerializer(serializers.ModelSerializer):
 
 
 class ModelArchitectureSerializer(serializers.ModelSerializer):
+    owner = serializers.CharField(
+        source="owner.username",
+        read_only=True,
+        allow_null=True,
+        help_text="null for the shared catalog; your username for a model you imported",
+    )
+
     class Meta:
         model = ModelArchitecture
         exclude = ["config_json"]
+
+
+class ModelImportSerializer(serializers.Serializer):
+    """One config source: ``config`` (JSON object), ``file`` (config.json) or ``base``."""
+
+    name = serializers.CharField(max_length=200, help_text="e.g. my-org/support-bot-8b")
+    config = serializers.JSONField(required=False, help_text="the config.json object")
+    file = serializers.FileField(required=False, help_text="config.json, at most 1 MB")
+    base = serializers.CharField(
+        required=False, allow_blank=True, help_text="catalog model slug to copy"
+    )
 
 
 class GpuHourPriceSerializer(serializers.ModelSerializer):

@@ -14,7 +14,7 @@ from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.filters import OrderingFilter
-from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 
 from fleets.measurements import MeasurementError
@@ -225,9 +225,54 @@ class GpuViewSet(viewsets.ModelViewSet):
 
 
 class ModelViewSet(viewsets.ModelViewSet):
-    queryset = ModelArchitecture.objects.all()
+    """The shared catalog and your imported models (``import/``); staff edit the catalog."""
+
+    queryset = ModelArchitecture.objects.all()  # narrowed per user in get_queryset
     serializer_class = s.ModelArchitectureSerializer
     permission_classes = [IsStaffOrReadOnly]
+
+    def get_queryset(self):
+        if self.request.user.is_staff:
+            return ModelArchitecture.objects.select_related("owner")
+        return selectors.models_visible_to(self.request.user).select_related("owner")
+
+    @extend_schema(
+        request={
+            "application/json": s.ModelImportSerializer,
+            "multipart/form-data": s.ModelImportSerializer,
+        },
+        responses={201: s.ModelArchitectureSerializer, 200: s.ModelArchitectureSerializer},
+    )
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path="import",
+        permission_classes=[permissions.IsAuthenticated],
+        parser_classes=[JSONParser, MultiPartParser, FormParser],
+    )
+    def import_config(self, request):
+        """Import a model of your own from a config.json (``config`` object, ``file`` upload,
+        or ``base``: a catalog model's slug to copy the architecture of). Checked as
+        ``manage.py import_hf_config`` checks it; only you see it. 201 new, 200 updated."""
+        from fleets.services import ModelImportRefused
+        from planner.model_import import import_for
+
+        form = s.ModelImportSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        try:
+            row, action = import_for(
+                request.user,
+                name=data["name"],
+                config=data.get("config"),
+                upload=data.get("file"),
+                base=data.get("base") or "",
+            )
+        except ModelImportRefused as exc:
+            field = "name" if exc.field == "name" else "config"
+            raise ValidationError({field: [str(exc)]}) from exc
+        code = status.HTTP_201_CREATED if action == "created" else status.HTTP_200_OK
+        return Response(s.ModelArchitectureSerializer(row).data, status=code)
 
 
 class PriceSheetViewSet(viewsets.ModelViewSet):
