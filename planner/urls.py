@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import actions, model_import, views
+from . import actions, calibration_views, model_import, views
 from . import auth_views as accounts
 from .auth_views import ThrottledLoginView
 
@@ -51,7 +51,7 @@ urlpatterns = [
     path("runs/<int:pk>/share/", views.share_create, name="share-create"),
     path("share-links/<uuid:link_id>/revoke/", views.share_revoke, name="share-revoke"),
     path("compare/", views.compare, name="compare"),
-    path("calibration/", views.calibration, name="calibration"),
+    path("calibration/", calibration_views.calibration, name="calibration"),
     path("models/", model_import.models_page, name="models"),
     path("s/<str:token>/", views.shared_view, name="shared"),
     path("s/<str:token>/export.csv", views.shared_export, {"fmt": "csv"}, name="shared-csv"),

@@ -60,41 +60,6 @@ def api_token(request):
     return render(request, "accounts/token.html", {"token": token})
 
 
-@login_required
-def calibration(request):
-    """Calibration profiles in use (shared fits and the user's own) and an upload to fit one
-    from the user's measurements (vLLM bench serve JSON, guidellm JSON or a measured CSV)."""
-    from fleets.calibration import fit_upload
-    from fleets.models import CalibrationProfile
-    from fleets.uploads import CalibrationUploadForm, measurements_from_upload
-
-    form = CalibrationUploadForm(request.POST or None, request.FILES or None)
-    if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        upload = data["file"]
-        try:
-            rows = measurements_from_upload(upload, data)
-            saved = fit_upload(
-                rows,
-                data["gpu"],
-                data["engine_family"],
-                source=f"user upload {upload.name}",
-                owner=request.user,
-            )
-        except ValueError as exc:  # MeasurementError, CalibrationRefused: nothing saved
-            form.add_error("file", f"{upload.name} refused: {exc}")
-        else:
-            names = ", ".join(p.name for p in saved)
-            messages.success(request, f"Fitted {len(saved)} profile(s) for your fleet: {names}")
-            return redirect("planner:calibration")
-    profiles = (
-        CalibrationProfile.objects.select_related("gpu")
-        .filter(Q(owner__isnull=True) | Q(owner=request.user))
-        .order_by("owner_id", "generation", "name")
-    )
-    return render(request, "planner/calibration.html", {"form": form, "profiles": profiles})
-
-
 # --------------------------------------------------------------------------- helpers
 
 
