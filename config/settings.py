@@ -250,3 +250,8 @@ else:
 MAILERS = {"default": _mailer}
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "headroom@localhost")
 PASSWORD_RESET_TIMEOUT = int(os.environ.get("PASSWORD_RESET_TIMEOUT", "86400"))  # seconds
+
+# --------------------------------------------------------------------------- embedded runs
+# In-process tasks (no broker): a run started from the browser sizes in a background thread
+# and the page polls its progress, as with workers (off: the request waits for the run).
+SIZING_RUN_IN_BACKGROUND = env_bool("SIZING_RUN_IN_BACKGROUND", True)

@@ -93,7 +93,7 @@ def run_rerun(request, pk: int):
     if run.scenario.owner_id != request.user.pk:
         raise Http404("only the owner can run this scenario")
     try:
-        rerun = services.sizing_run_rerun(run=run)
+        rerun = services.sizing_run_rerun(run=run, background=True)
     except services.WorkersUnavailable as exc:
         messages.warning(request, str(exc))
         rerun = exc.run

@@ -476,13 +476,24 @@ def _save_run(scenario: Scenario, inputs: dict, sheet: PriceSheet | None) -> Siz
     return run
 
 
-def sizing_run_start(*, scenario: Scenario) -> SizingRun:
+def sizing_run_start(*, scenario: Scenario, background: bool = False) -> SizingRun:
     """Save a queued run with its inputs snapshot, then enqueue the Celery chain.
 
     If the broker is down the run stays saved as queued and ``WorkersUnavailable`` is raised;
-    the beat task ``requeue_stuck_runs`` enqueues it once the broker is back.
+    the beat task ``requeue_stuck_runs`` enqueues it once the broker is back. ``background``
+    (the browser's runs): with in-process tasks, size in a thread and return the queued run
+    at once (``planner.background``).
     """
-    return _enqueue(_create_run(scenario))
+    return _start(_create_run(scenario), background)
+
+
+def _start(run: SizingRun, background: bool) -> SizingRun:
+    from planner import background as in_thread
+
+    if background and in_thread.wanted():
+        in_thread.start_after_commit(run.pk)
+        return run
+    return _enqueue(run)
 
 
 def _enqueue(run: SizingRun) -> SizingRun:
@@ -499,13 +510,13 @@ def _enqueue(run: SizingRun) -> SizingRun:
     return run
 
 
-def sizing_run_rerun(*, run: SizingRun) -> SizingRun:
+def sizing_run_rerun(*, run: SizingRun, background: bool = False) -> SizingRun:
     """Run again exactly what ``run`` used: a new run of a copy of its inputs snapshot (same
     specs, prices, calibration and candidates, whatever the scenario or catalog say now).
     Raises ``WorkersUnavailable`` like ``sizing_run_start``."""
     with transaction.atomic():
         rerun = _save_run(run.scenario, copy.deepcopy(run.inputs), run.price_sheet)
-    return _enqueue(rerun)
+    return _start(rerun, background)
 
 
 # --------------------------------------------------------------------------- share links

@@ -134,7 +134,7 @@ def scenario_list(request):
 def _start_run(request, scenario: Scenario):
     """Start a run and go to its page (which polls); explain when it cannot start."""
     try:
-        run = services.sizing_run_start(scenario=scenario)
+        run = services.sizing_run_start(scenario=scenario, background=True)
     except services.WorkersUnavailable as exc:
         messages.warning(request, str(exc))
         run = selectors.latest_run(scenario)
