@@ -16,6 +16,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from fleets.models import GpuSku, ModelArchitecture
+from planner.accessible import AccessibleErrorsMixin
 from planner.models import PRECISIONS, Engine, Scenario, Tier
 from planner.scenario_io import flatten
 from planner.selectors import catalog_index, models_visible_to
@@ -104,7 +105,7 @@ def _split(value: str) -> list[str]:
     return [part.strip() for part in value.replace(";", ",").replace("\n", ",").split(",")]
 
 
-class ScenarioForm(forms.Form):
+class ScenarioForm(AccessibleErrorsMixin, forms.Form):
     name = forms.CharField(max_length=200)
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     tags = forms.CharField(required=False, help_text="e.g. chat, production")
