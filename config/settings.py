@@ -224,3 +224,34 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "headroo
 SIZING_SIMULATE_TAILS = env_bool("SIZING_SIMULATE_TAILS", True)
 # Fault-injection only (tests that kill a worker mid-run): seconds to sleep in each batch.
 SIZING_BATCH_DELAY_S = float(os.environ.get("SIZING_BATCH_DELAY_S", "0"))
+
+# --------------------------------------------------------------------------- accounts
+# Sign-up at /accounts/signup/: on by default while DEBUG is on (``make run``), off in
+# production unless ALLOW_SIGNUP says otherwise. Password-reset mail goes to the console
+# unless an SMTP host is configured.
+ALLOW_SIGNUP = env_bool("ALLOW_SIGNUP", DEBUG)
+_email_host = os.environ.get("EMAIL_HOST", "")
+_email_use_ssl = env_bool("EMAIL_USE_SSL", False)  # implicit TLS (port 465); else STARTTLS
+if _email_host:
+    _mailer = {
+        "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+        "OPTIONS": {
+            "host": _email_host,
+            "port": int(os.environ.get("EMAIL_PORT", "465" if _email_use_ssl else "587")),
+            "username": os.environ.get("EMAIL_HOST_USER", ""),
+            "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
+            "use_ssl": _email_use_ssl,
+            "use_tls": env_bool("EMAIL_USE_TLS", not _email_use_ssl),
+            "timeout": 10,
+        },
+    }
+else:
+    _mailer = {"BACKEND": "django.core.mail.backends.console.EmailBackend"}
+MAILERS = {"default": _mailer}
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "headroom@localhost")
+PASSWORD_RESET_TIMEOUT = int(os.environ.get("PASSWORD_RESET_TIMEOUT", "86400"))  # seconds
+
+# --------------------------------------------------------------------------- embedded runs
+# In-process tasks (no broker): a run started from the browser sizes in a background thread
+# and the page polls its progress, as with workers (off: the request waits for the run).
+SIZING_RUN_IN_BACKGROUND = env_bool("SIZING_RUN_IN_BACKGROUND", True)

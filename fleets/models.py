@@ -137,6 +137,14 @@ class ModelArchitecture(SourcedRow):
     published_source = models.TextField(blank=True)
     config_json = models.JSONField(default=dict, blank=True, help_text="The config.json as read.")
     notes = models.TextField(blank=True)
+    owner = models.ForeignKey(
+        "auth.User",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="imported_models",
+        help_text="Blank: the shared catalog. Set: imported by this user, seen only by them.",
+    )
 
     class Meta:
         ordering = ["name"]

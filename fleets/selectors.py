@@ -11,6 +11,8 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
+from django.db.models import F
+
 from fleets.models import GpuSku, ModelArchitecture
 from fleets.names import normalize_name
 from sizing.specs import GpuSpec, ModelSpec
@@ -47,13 +49,27 @@ class CatalogIndex:
         return self._find(self.models, name, "model")
 
 
-def catalog_index() -> CatalogIndex:
+def models_visible_to(user):
+    """The shared catalog's models and the ones ``user`` imported (nobody else's)."""
+    from django.db.models import Q
+
+    shared = Q(owner__isnull=True)
+    if user is None or not user.is_authenticated:
+        return ModelArchitecture.objects.filter(shared)
+    return ModelArchitecture.objects.filter(shared | Q(owner=user))
+
+
+def catalog_index(model_rows=None) -> CatalogIndex:
+    """Name maps over the GPUs and ``model_rows`` (a queryset; default every model)."""
     gpus: dict[str, int] = {}
     for pk, slug, name, aliases in GpuSku.objects.values_list("pk", "slug", "name", "aliases"):
         for key in _keys(slug, name, slug.replace("_", " "), *aliases):
             gpus.setdefault(key, pk)
     models: dict[str, int] = {}
-    rows = ModelArchitecture.objects.values_list("pk", "hf_id", "slug", "name", "aliases")
+    model_rows = ModelArchitecture.objects.all() if model_rows is None else model_rows
+    # the catalog's rows first: a name both know resolves to the catalog's model
+    model_rows = model_rows.order_by(F("owner_id").asc(nulls_first=True), "name")
+    rows = model_rows.values_list("pk", "hf_id", "slug", "name", "aliases")
     for pk, hf_id, slug, name, aliases in rows:
         for key in _keys(hf_id, slug, name, *aliases):
             models.setdefault(key, pk)

@@ -9,7 +9,7 @@ from dataclasses import fields
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from .architecture import Architecture, count_parameters, parse_hf_config
+from .architecture import Architecture, ConfigError, count_parameters, parse_hf_config
 from .models import GpuSku, ModelArchitecture
 from .validation import check_range
 
@@ -129,13 +129,17 @@ def model_architecture_upsert(
     published_total_params: float | None = None,
     published_active_params: float | None = None,
     published_source: str = "",
+    owner=None,
 ) -> tuple[ModelArchitecture, str]:
-    """Add or update a model from its config.json; nothing is written if parsing fails."""
+    """Add or update a model from its config.json; nothing is written if parsing fails.
+
+    ``owner`` is set on a new row only (a user's import; the catalog's rows have none)."""
     values = architecture_values(config)
     existing = ModelArchitecture.objects.filter(hf_id=hf_id).first()
     values.update(name=name or hf_id.split("/")[-1], source=source, as_of=as_of)
     if existing is None:
         values["slug"] = slug or _model_slug(hf_id)
+        values["owner"] = owner
     elif slug:
         values["slug"] = slug
     optional = {
@@ -147,3 +151,61 @@ def model_architecture_upsert(
     # A re-import from a bare config.json keeps what the catalog knew (aliases, headlines).
     values.update({key: value for key, value in optional.items() if value})
     return _upsert(ModelArchitecture, {"hf_id": hf_id}, values)
+
+
+class ModelImportRefused(ValueError):
+    """A config.json that cannot be imported, in one line; nothing was written.
+
+    ``field`` is "name" when the name is at fault, else "config"."""
+
+    def __init__(self, message: str, field: str = "config"):
+        super().__init__(message)
+        self.field = field
+
+
+MAX_MODEL_ID_CHARS = 200
+
+
+def model_import(
+    *, config, source: str, name: str = "", hf_id: str = "", fallback_id: str = "", owner=None
+) -> tuple[ModelArchitecture, str]:
+    """Import a Hugging Face config.json: ``manage.py import_hf_config``, the UI and the API.
+
+    The id is ``hf_id``, else ``name``, else the config's ``_name_or_path``, else
+    ``fallback_id``. An ``owner`` (a user's import) may update only their own model; the
+    catalog's and other users' ids are taken.
+
+    Raises
+    ------
+    ModelImportRefused
+        Not a JSON object, no id, an id taken, or a config the sizing cannot use (the reason
+        from ``parse_hf_config`` / the field validators).
+    """
+    if not isinstance(config, dict):
+        raise ModelImportRefused("a config.json must be a JSON object")
+    guessed = str(config.get("_name_or_path") or "").strip("/")
+    if guessed.startswith("/") or not guessed:
+        guessed = fallback_id
+    hf_id = (hf_id or name or guessed).strip()
+    if not hf_id:
+        raise ModelImportRefused("give the model a name", "name")
+    if len(hf_id) > MAX_MODEL_ID_CHARS:
+        raise ModelImportRefused(f"the name is {len(hf_id)} characters; at most 200", "name")
+    existing = ModelArchitecture.objects.filter(hf_id=hf_id).first()
+    if owner is not None and existing is not None and existing.owner_id != owner.pk:
+        raise ModelImportRefused(f"the name {hf_id!r} is taken; choose another", "name")
+    try:
+        return model_architecture_upsert(
+            hf_id=hf_id,
+            name=name or hf_id.split("/")[-1],
+            config=config,
+            source=source,
+            as_of=dt.date.today(),
+            owner=owner,
+        )
+    except ConfigError as exc:
+        raise ModelImportRefused(str(exc)) from exc
+    except ValidationError as exc:
+        fields = getattr(exc, "error_dict", {})
+        name_fault = bool({"slug", "hf_id", "name"} & set(fields))
+        raise ModelImportRefused(exc.messages[0], "name" if name_fault else "config") from exc

@@ -1,7 +1,9 @@
-"""User measurement uploads: the form conditions and the parser dispatch (admin, API, UI)."""
+"""User measurement uploads: the form conditions and the parser dispatch (admin, API, UI),
+and sweeps: several result files at once (one per load point), parsed into one row set."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
@@ -17,22 +19,98 @@ from .measurements import (
 from .models import GpuSku
 
 MAX_UPLOAD_BYTES = 2_000_000
+MAX_SWEEP_FILES = 20
+ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "other": "other"}
 
 
 class CalibrationUploadForm(forms.Form):
     """A measurement file and the conditions a JSON result does not state."""
 
-    file = forms.FileField(help_text="vLLM bench serve JSON, guidellm report JSON, or CSV.")
-    gpu = forms.ModelChoiceField(queryset=GpuSku.objects.all())
-    engine_family = forms.ChoiceField(choices=[(e, e) for e in ENGINE_FAMILIES])
-    model = forms.CharField(required=False, help_text="JSON uploads: the model served.")
-    num_gpus = forms.IntegerField(min_value=1, required=False, help_text="JSON uploads.")
-    tp = forms.IntegerField(min_value=1, required=False, help_text="JSON uploads.")
-    ep = forms.IntegerField(min_value=1, required=False)
-    weight_precision = forms.CharField(required=False, help_text="JSON uploads, e.g. fp8.")
-    kv_precision = forms.CharField(required=False)
-    isl = forms.IntegerField(min_value=1, required=False)
-    osl = forms.IntegerField(min_value=1, required=False)
+    file = forms.FileField(
+        label="Measurement file",
+        help_text=f"vLLM bench serve JSON, guidellm report JSON, or CSV; at most "
+        f"{MAX_UPLOAD_BYTES / 1e6:g} MB.",
+    )
+    gpu = forms.ModelChoiceField(label="GPU", queryset=GpuSku.objects.all())
+    engine_family = forms.ChoiceField(
+        label="Serving engine",
+        choices=[(e, ENGINE_LABELS.get(e, e)) for e in ENGINE_FAMILIES],
+    )
+    model = forms.CharField(
+        label="Model served",
+        required=False,
+        help_text="JSON uploads: e.g. meta-llama/Llama-3.1-8B-Instruct (vLLM JSON: its model_id).",
+    )
+    num_gpus = forms.IntegerField(
+        label="GPUs in the instance", min_value=1, required=False, help_text="JSON uploads."
+    )
+    tp = forms.IntegerField(
+        label="Tensor-parallel degree (TP)", min_value=1, required=False, help_text="JSON uploads."
+    )
+    ep = forms.IntegerField(label="Expert-parallel degree (EP)", min_value=1, required=False)
+    weight_precision = forms.CharField(
+        label="Weight precision", required=False, help_text="JSON uploads, e.g. fp8 or bf16."
+    )
+    kv_precision = forms.CharField(
+        label="KV-cache precision", required=False, help_text="blank: from the weights"
+    )
+    isl = forms.IntegerField(
+        label="Input length (tokens)", min_value=1, required=False, help_text="blank: the mean"
+    )
+    osl = forms.IntegerField(
+        label="Output length (tokens)", min_value=1, required=False, help_text="blank: the mean"
+    )
+
+
+class MultipleFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
+
+
+class MultipleFileField(forms.FileField):
+    """Several files in one input; cleans to a list, each file checked as a FileField does."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("widget", MultipleFileInput())
+        super().__init__(*args, **kwargs)
+
+    def clean(self, data, initial=None):
+        files = [f for f in (data if isinstance(data, list | tuple) else [data]) if f]
+        if not files:
+            return [super().clean(None, initial)]  # raises "required"
+        if len(files) > MAX_SWEEP_FILES:
+            raise forms.ValidationError(
+                f"{len(files)} files; upload at most {MAX_SWEEP_FILES} at once"
+            )
+        return [super(MultipleFileField, self).clean(f, initial) for f in files]
+
+
+class SweepUploadForm(CalibrationUploadForm):
+    """A sweep: several result files (e.g. one ``vllm bench serve`` JSON per concurrency)
+    sharing the conditions below."""
+
+    file = MultipleFileField(
+        label="Measurement files",
+        help_text=f"Up to {MAX_SWEEP_FILES} files at once, each at most "
+        f"{MAX_UPLOAD_BYTES / 1e6:g} MB ({MAX_UPLOAD_BYTES:,} bytes): vLLM bench serve "
+        "--save-result JSON, guidellm report JSON, or CSV in the measured.csv format.",
+    )
+
+
+def measurements_from_uploads(uploads, data: dict) -> list:
+    """The rows of every file of a sweep; refused as a whole, naming the file at fault.
+
+    Row ids are prefixed by the file (JSON results all use the same field ids), so the points
+    of a sweep stay distinct in the fit and its cross-validation.
+    """
+    rows = []
+    for index, upload in enumerate(uploads):
+        try:
+            parsed = measurements_from_upload(upload, data)
+        except MeasurementError as exc:
+            raise MeasurementError(f"{upload.name}: {exc}") from None
+        prefix = f"{index + 1}:{upload.name}"
+        rows += [dataclasses.replace(r, row_id=f"{prefix}:{r.row_id}") for r in parsed]
+    return rows
 
 
 def measurements_from_upload(upload, data: dict) -> list:

@@ -16,9 +16,11 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from fleets.models import GpuSku, ModelArchitecture
+from planner.accessible import AccessibleErrorsMixin
 from planner.models import PRECISIONS, Engine, Scenario, Tier
 from planner.scenario_io import flatten
-from planner.selectors import catalog_index
+from planner.selectors import catalog_index, models_visible_to
+from planner.services import calibration_profile_choices
 from pricing.models import GpuHourPrice, PriceSheet
 
 # Unit shown beside each input (empty string: dimensionless, shown as nothing).
@@ -117,7 +119,7 @@ def _split(value: str) -> list[str]:
     return [part.strip() for part in value.replace(";", ",").replace("\n", ",").split(",")]
 
 
-class ScenarioForm(forms.Form):
+class ScenarioForm(AccessibleErrorsMixin, forms.Form):
     name = forms.CharField(max_length=200)
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     tags = forms.CharField(required=False, help_text="e.g. chat, production")
@@ -142,12 +144,8 @@ class ScenarioForm(forms.Form):
     slo_percentile = forms.FloatField(label="SLO percentile", initial=95, required=False)
     goodput_target = forms.FloatField(label="Goodput target", initial=0.99, required=False)
 
-    models = forms.MultipleChoiceField(
-        label="Models", widget=forms.SelectMultiple(attrs={"size": 8})
-    )
-    gpus = forms.MultipleChoiceField(
-        label="GPU SKUs", widget=forms.SelectMultiple(attrs={"size": 8})
-    )
+    models = forms.MultipleChoiceField(label="Models", widget=forms.CheckboxSelectMultiple)
+    gpus = forms.MultipleChoiceField(label="GPU SKUs", widget=forms.CheckboxSelectMultiple)
     precisions = forms.MultipleChoiceField(
         label="Weight precisions",
         choices=[(p, p) for p in PRECISIONS],
@@ -165,8 +163,10 @@ class ScenarioForm(forms.Form):
         label="Expert-parallel degrees", required=False, help_text="blank: EP = TP for MoE"
     )
     engine = forms.ChoiceField(label="Serving engine", choices=Engine.choices, initial="vllm")
-    calibration_profile = forms.CharField(
-        label="Calibration profile", required=False, help_text="blank: the best one per GPU"
+    calibration_profile = forms.ChoiceField(
+        label="Calibration profile",
+        required=False,
+        help_text="pins one GPU's profile; the other GPUs use the best match for the engine",
     )
 
     tier = forms.ChoiceField(label="Pricing tier", choices=Tier.choices, initial="on_demand")
@@ -207,14 +207,16 @@ class ScenarioForm(forms.Form):
         help_text="The SLO holds with this many whole nodes down.",
     )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["models"].choices = list(
-            ModelArchitecture.objects.order_by("name").values_list("slug", "name")
-        )
-        self.fields["gpus"].choices = list(
-            GpuSku.objects.order_by("name").values_list("slug", "name")
-        )
+        self.fields["models"].choices = model_choices(user)
+        self.fields["gpus"].choices = gpu_choices()
+        self.fields["calibration_profile"].choices = [
+            ("", "automatic: the best profile for each GPU and the engine"),
+            *calibration_profile_choices(user),
+        ]
+        for name in ("models", "gpus"):
+            self.fields[name].searchable = True  # a filter box over the checkboxes (JS)
         self.fields["price_sheet"].queryset = PriceSheet.objects.order_by(
             "-effective_date", "-version"
         )
@@ -311,6 +313,34 @@ class ScenarioForm(forms.Form):
     def sections(self):
         """(title, [bound fields]) in the order the template shows them."""
         return [(title, [self[name] for name in names]) for title, names in SECTIONS]
+
+
+def model_choices(user) -> list[tuple[str, str]]:
+    """(slug, "name · size · attention") of the catalog's models and the user's imports."""
+    rows = models_visible_to(user).order_by("name")
+    return [
+        (
+            m.slug,
+            f"{m.name} · {m.total_params / 1e9:.3g}B · {m.attention_kind}"
+            + (" · yours" if m.owner_id else ""),
+        )
+        for m in rows.only("slug", "name", "total_params", "owner_id", *ATTENTION_FIELDS)
+    ]
+
+
+ATTENTION_FIELDS = (
+    "kv_lora_rank",
+    "num_kv_heads",
+    "num_attention_heads",
+    "linear_attention_layers",
+    "sliding_window_layers",
+    "sliding_window",
+)
+
+
+def gpu_choices() -> list[tuple[str, str]]:
+    rows = GpuSku.objects.order_by("name").values_list("slug", "name", "memory_gb")
+    return [(slug, f"{name} · {memory_gb:g} GB") for slug, name, memory_gb in rows]
 
 
 def initial_from_flat(flat: dict) -> dict:

@@ -48,6 +48,9 @@ class Scenario(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
+    archived_at = models.DateTimeField(
+        null=True, blank=True, help_text="Set: hidden from the scenario lists (kept, readable)."
+    )
 
     # traffic
     peak_rps = models.FloatField("peak requests/s", validators=[_positive, MaxValueValidator(1e7)])

@@ -12,6 +12,7 @@ from fleets.selectors import (  # noqa: F401  (re-exported)
     gpu_spec,
     linear_state_elements,
     model_spec,
+    models_visible_to,
     resolve_gpu,
     resolve_model,
 )

@@ -6,6 +6,7 @@ first and saves inside one transaction, so bad input never leaves a half-saved r
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 import secrets
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from fleets.models import GpuSku, ModelArchitecture
@@ -25,6 +27,7 @@ from planner.selectors import (
     gpu_spec,
     latest_price_sheet,
     model_spec,
+    models_visible_to,
 )
 from pricing.models import ApiTokenPrice, PriceSheet
 from pricing.services import price_sheet_lock
@@ -155,8 +158,13 @@ class CleanScenario:
     price_sheet: PriceSheet | None
 
 
-def clean_scenario_data(data: dict, *, partial_of: Scenario | None = None) -> CleanScenario:
-    """Validate scenario input (API body, form or plan file); raise ValidationError by field."""
+def clean_scenario_data(
+    data: dict, *, partial_of: Scenario | None = None, owner=None
+) -> CleanScenario:
+    """Validate scenario input (API body, form or plan file); raise ValidationError by field.
+
+    With an ``owner`` (or ``partial_of``'s), models resolve among the catalog and the models
+    that user imported, and the calibration profile among the profiles they may use."""
     if not isinstance(data, dict):
         raise ValidationError({"non_field_errors": ["expected a JSON object"]})
     errors = Errors()
@@ -164,7 +172,8 @@ def clean_scenario_data(data: dict, *, partial_of: Scenario | None = None) -> Cl
     if partial_of is not None:
         base = {f: getattr(partial_of, f) for f in SCALAR_FIELDS}
     merged = base | {k: v for k, v in data.items() if k in SCALAR_FIELDS}
-    index = catalog_index()
+    owner = owner if owner is not None else (partial_of.owner if partial_of else None)
+    index = catalog_index(models_visible_to(owner) if owner is not None else None)
     if partial_of is not None and "models" not in data:
         model_ids = list(partial_of.candidate_models.values_list("pk", flat=True))
     else:
@@ -192,6 +201,7 @@ def clean_scenario_data(data: dict, *, partial_of: Scenario | None = None) -> Cl
         _check_tp_divides_heads(errors, merged["tp_options"], model_ids)
     sheet = _price_sheet(errors, data, partial_of)
     scenario_prices.clean_pricing(errors, merged, index, sheet or latest_price_sheet())
+    _check_calibration_profile(errors, merged.get("calibration_profile") or "", owner, gpu_ids)
     scenario = Scenario(**{k: v for k, v in merged.items() if k in SCALAR_FIELDS})
     try:
         scenario.clean_fields(exclude=["owner", "price_sheet"])
@@ -218,9 +228,41 @@ def _price_sheet(errors: Errors, data: dict, partial_of: Scenario | None) -> Pri
     return sheet
 
 
+def calibration_profile_choices(owner, gpu_ids=None) -> list[tuple[str, str]]:
+    """(name, label) of the GPU profiles a scenario may pin: the shared fits and the owner's
+    own uploads (a profile pins its own GPU; the other GPUs keep the best match)."""
+    from django.db.models import Q
+
+    from fleets.models import CalibrationProfile
+
+    visible = Q(owner__isnull=True) | (Q(owner=owner) if owner is not None else Q(pk__in=[]))
+    rows = CalibrationProfile.objects.filter(visible, gpu__isnull=False).select_related("gpu")
+    if gpu_ids is not None:
+        rows = rows.filter(gpu_id__in=gpu_ids)
+    choices = {}
+    for row in rows.order_by("gpu__name", "name"):
+        mine = " (yours)" if row.owner_id else ""
+        choices.setdefault(
+            row.name,
+            f"{row.gpu.name} · {row.get_engine_family_display()}"
+            f"{' · ' + row.precision if row.precision else ''}{mine} · "
+            f"±{row.relative_error:.0%}",
+        )
+    return list(choices.items())
+
+
+def _check_calibration_profile(errors: Errors, name: str, owner, gpu_ids: list[int]) -> None:
+    if not name:
+        return
+    if name not in dict(calibration_profile_choices(owner)):
+        errors.add("calibration_profile", f"unknown calibration profile {name!r}")
+    elif name not in dict(calibration_profile_choices(owner, gpu_ids)):
+        errors.add("calibration_profile", f"profile {name!r} is for a GPU not among the GPUs")
+
+
 @transaction.atomic
 def scenario_create(*, owner, data: dict) -> Scenario:
-    clean = clean_scenario_data(data)
+    clean = clean_scenario_data(data, owner=owner)
     scenario = Scenario(owner=owner, price_sheet=clean.price_sheet, **clean.scalars)
     scenario.save()
     scenario.candidate_models.set(clean.model_ids)
@@ -384,24 +426,54 @@ def _calibrations(scenario: Scenario, gpus) -> dict:
     from fleets.calibration import profile_selector
 
     select = profile_selector(owner=scenario.owner if scenario.owner_id else None)
+    pinned = _pinned_profile(scenario)
     out = {}
     for gpu in gpus:
-        calibration, label = select(gpu.slug, scenario.engine, "")
+        key = pinned[1:] if pinned and pinned[0] == gpu.slug else (scenario.engine, "")
+        calibration, label = select(gpu.slug, *key)
         out[gpu.slug] = snap.to_json(calibration) | {"name": label}
         for precision in scenario.precisions or []:
-            calibration, label = select(gpu.slug, scenario.engine, precision)
+            if not (pinned and pinned[0] == gpu.slug):  # a pinned profile serves every precision
+                calibration, label = select(gpu.slug, scenario.engine, precision)
             out[f"{gpu.slug}|{precision}"] = snap.to_json(calibration) | {"name": label}
     return out
+
+
+def _pinned_profile(scenario: Scenario) -> tuple[str, str, str] | None:
+    """(GPU slug, engine family, precision) of the profile the scenario names, if any."""
+    from django.db.models import Q
+
+    from fleets.models import CalibrationProfile
+
+    if not scenario.calibration_profile:
+        return None
+    visible = Q(owner__isnull=True) | Q(owner_id=scenario.owner_id)
+    row = (
+        CalibrationProfile.objects.filter(visible, name=scenario.calibration_profile)
+        .exclude(gpu=None)
+        .select_related("gpu")
+        .order_by(F("owner_id").desc(nulls_last=True), "-created")
+        .first()
+    )
+    return (row.gpu.slug, row.engine_family, row.precision) if row else None
 
 
 class WorkersUnavailable(RuntimeError):
     """The broker could not take the job; the run is saved and will be enqueued later."""
 
+    def __init__(self, message: str, run: SizingRun | None = None):
+        super().__init__(message)
+        self.run = run  # the saved, queued run
+
 
 @transaction.atomic
 def _create_run(scenario: Scenario) -> SizingRun:
     sheet = scenario.price_sheet or latest_price_sheet()
-    inputs = build_inputs_snapshot(scenario, sheet)
+    return _save_run(scenario, build_inputs_snapshot(scenario, sheet), sheet)
+
+
+def _save_run(scenario: Scenario, inputs: dict, sheet: PriceSheet | None) -> SizingRun:
+    """A queued run of ``inputs`` (a snapshot); the sheet it prices from is locked."""
     count = len(inputs["candidates"])
     if count == 0:
         raise ValidationError({"candidates": ["no valid candidate (model x GPU x TP) to size"]})
@@ -427,24 +499,47 @@ def _create_run(scenario: Scenario) -> SizingRun:
     return run
 
 
-def sizing_run_start(*, scenario: Scenario) -> SizingRun:
+def sizing_run_start(*, scenario: Scenario, background: bool = False) -> SizingRun:
     """Save a queued run with its inputs snapshot, then enqueue the Celery chain.
 
     If the broker is down the run stays saved as queued and ``WorkersUnavailable`` is raised;
-    the beat task ``requeue_stuck_runs`` enqueues it once the broker is back.
+    the beat task ``requeue_stuck_runs`` enqueues it once the broker is back. ``background``
+    (the browser's runs): with in-process tasks, size in a thread and return the queued run
+    at once (``planner.background``).
     """
+    return _start(_create_run(scenario), background)
+
+
+def _start(run: SizingRun, background: bool) -> SizingRun:
+    from planner import background as in_thread
+
+    if background and in_thread.wanted():
+        in_thread.start_after_commit(run.pk)
+        return run
+    return _enqueue(run)
+
+
+def _enqueue(run: SizingRun) -> SizingRun:
     from planner import tasks
 
-    run = _create_run(scenario)
     try:
         tasks.enqueue_run(run.pk)
     except tasks.BROKER_ERRORS as exc:
         log.warning("broker unavailable for run %s: %s", run.pk, exc)
         raise WorkersUnavailable(
-            f"run {run.pk} is saved and queued; workers are unavailable right now ({exc})"
+            f"run {run.pk} is saved and queued; workers are unavailable right now ({exc})", run
         ) from exc
     run.refresh_from_db()
     return run
+
+
+def sizing_run_rerun(*, run: SizingRun, background: bool = False) -> SizingRun:
+    """Run again exactly what ``run`` used: a new run of a copy of its inputs snapshot (same
+    specs, prices, calibration and candidates, whatever the scenario or catalog say now).
+    Raises ``WorkersUnavailable`` like ``sizing_run_start``."""
+    with transaction.atomic():
+        rerun = _save_run(run.scenario, copy.deepcopy(run.inputs), run.price_sheet)
+    return _start(rerun, background)
 
 
 # --------------------------------------------------------------------------- share links
@@ -477,3 +572,75 @@ def share_link_revoke(*, link: ShareLink) -> None:
     if link.revoked_at is None:
         link.revoked_at = timezone.now()
         link.save(update_fields=["revoked_at"])
+
+
+# --------------------------------------------------------------------------- teams
+
+MAX_SHARED_WITH = 200
+
+
+def _users_named(usernames) -> list:
+    """Users for a list of usernames; ValidationError on ``shared_with`` naming the unknown."""
+    from django.contrib.auth import get_user_model
+
+    if not isinstance(usernames, list | tuple) or not all(isinstance(u, str) for u in usernames):
+        raise ValidationError({"shared_with": ["must be a list of usernames"]})
+    names = list(dict.fromkeys(u.strip() for u in usernames if u.strip()))
+    if len(names) > MAX_SHARED_WITH:
+        raise ValidationError(
+            {"shared_with": [f"{len(names)} users; share with at most {MAX_SHARED_WITH}"]}
+        )
+    users = {u.username: u for u in get_user_model().objects.filter(username__in=names)}
+    unknown = [name for name in names if name not in users]
+    if unknown:
+        raise ValidationError({"shared_with": [f"no user named {', '.join(unknown)}"]})
+    return [users[name] for name in names]
+
+
+@transaction.atomic
+def scenario_share_set(*, scenario: Scenario, usernames) -> list:
+    """Share the scenario (read-only) with exactly these colleagues; others lose access.
+
+    The owner never appears in the list (they own it). Returns the users it is shared with.
+    """
+    users = [u for u in _users_named(usernames) if u.pk != scenario.owner_id]
+    scenario.shared_with.set(users)
+    return users
+
+
+# --------------------------------------------------------------------------- scenario life
+
+
+def scenario_flat(scenario: Scenario) -> dict:
+    """The scenario as the flat dict ``scenario_create`` takes (models by Hugging Face id,
+    GPUs by slug), e.g. to copy it."""
+    flat = {field: copy.deepcopy(getattr(scenario, field)) for field in SCALAR_FIELDS}
+    flat["models"] = list(scenario.candidate_models.values_list("hf_id", flat=True))
+    flat["gpus"] = list(scenario.candidate_gpus.values_list("slug", flat=True))
+    flat["price_sheet"] = scenario.price_sheet_id
+    return flat
+
+
+def scenario_clone(*, scenario: Scenario, owner) -> Scenario:
+    """A copy owned by ``owner`` (not shared, not archived, no runs), named "Copy of ...".
+
+    It goes through ``scenario_create``, so the copy is validated as new input: a model the
+    new owner cannot see is refused by name."""
+    data = scenario_flat(scenario)
+    data["name"] = f"Copy of {scenario.name}"[: Scenario._meta.get_field("name").max_length]
+    return scenario_create(owner=owner, data=data)
+
+
+def scenario_archive(*, scenario: Scenario, archived: bool = True) -> Scenario:
+    """Archive (hide from the lists, keep everything) or bring back a scenario."""
+    scenario.archived_at = (scenario.archived_at or timezone.now()) if archived else None
+    Scenario.objects.filter(pk=scenario.pk).update(archived_at=scenario.archived_at)
+    return scenario
+
+
+def scenario_delete(*, scenario: Scenario) -> int:
+    """Delete a scenario with its runs, results and share links; return how many runs went."""
+    with transaction.atomic():
+        runs = scenario.runs.count()
+        scenario.delete()
+    return runs

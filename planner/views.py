@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST, require_safe
 from rest_framework.authtoken.models import Token
 
-from fleets.models import GpuSku, ModelArchitecture
+from fleets.models import GpuSku
 from planner import charts, exports, selectors, services
 from planner import compare as compare_numbers
 from planner.dates import parse_moment
@@ -42,7 +42,7 @@ XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 def home(request):
     context = {
         "gpus": GpuSku.objects.all(),
-        "models": ModelArchitecture.objects.all(),
+        "models": selectors.models_visible_to(request.user),
         "sheet": selectors.latest_price_sheet(),
     }
     return render(request, "planner/home.html", context)
@@ -62,41 +62,6 @@ def api_token(request):
         messages.success(request, "A new API token was created; the previous one no longer works.")
         return redirect("planner:api-token")
     return render(request, "accounts/token.html", {"token": token})
-
-
-@login_required
-def calibration(request):
-    """Calibration profiles in use (shared fits and the user's own) and an upload to fit one
-    from the user's measurements (vLLM bench serve JSON, guidellm JSON or a measured CSV)."""
-    from fleets.calibration import fit_upload
-    from fleets.models import CalibrationProfile
-    from fleets.uploads import CalibrationUploadForm, measurements_from_upload
-
-    form = CalibrationUploadForm(request.POST or None, request.FILES or None)
-    if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        upload = data["file"]
-        try:
-            rows = measurements_from_upload(upload, data)
-            saved = fit_upload(
-                rows,
-                data["gpu"],
-                data["engine_family"],
-                source=f"user upload {upload.name}",
-                owner=request.user,
-            )
-        except ValueError as exc:  # MeasurementError, CalibrationRefused: nothing saved
-            form.add_error("file", f"{upload.name} refused: {exc}")
-        else:
-            names = ", ".join(p.name for p in saved)
-            messages.success(request, f"Fitted {len(saved)} profile(s) for your fleet: {names}")
-            return redirect("planner:calibration")
-    profiles = (
-        CalibrationProfile.objects.select_related("gpu")
-        .filter(Q(owner__isnull=True) | Q(owner=request.user))
-        .order_by("owner_id", "generation", "name")
-    )
-    return render(request, "planner/calibration.html", {"form": form, "profiles": profiles})
 
 
 # --------------------------------------------------------------------------- helpers
@@ -141,7 +106,8 @@ def best_option(summary: dict) -> dict | None:
 def scenario_list(request):
     query = request.GET.get("q", "").strip()
     tag = request.GET.get("tag", "").strip()
-    visible = selectors.scenarios_visible_to(request.user)
+    archived = request.GET.get("archived") == "1"
+    visible = selectors.scenarios_visible_to(request.user).filter(archived_at__isnull=not archived)
     latest = SizingRun.objects.filter(scenario=OuterRef("pk")).order_by("-created_at")
     scenarios = visible.select_related("owner").annotate(
         latest_run_id=Subquery(latest.values("pk")[:1])
@@ -159,14 +125,20 @@ def scenario_list(request):
         best = best_option(scenario.latest_run.summary) if scenario.latest_run else None
         scenario.best_usd_per_month = best.get("usd_per_month") if best else None
     all_tags = sorted({t for tags in visible.values_list("tags", flat=True) for t in tags or []})
-    context = {"scenarios": scenarios, "query": query, "tag": tag, "all_tags": all_tags}
+    context = {
+        "scenarios": scenarios,
+        "query": query,
+        "tag": tag,
+        "all_tags": all_tags,
+        "archived": archived,
+    }
     return render(request, "planner/scenario_list.html", context)
 
 
 def _start_run(request, scenario: Scenario):
     """Start a run and go to its page (which polls); explain when it cannot start."""
     try:
-        run = services.sizing_run_start(scenario=scenario)
+        run = services.sizing_run_start(scenario=scenario, background=True)
     except services.WorkersUnavailable as exc:
         messages.warning(request, str(exc))
         run = selectors.latest_run(scenario)
@@ -194,7 +166,7 @@ def scenario_create(request):
     initial = preset_initial(preset) if preset else None
     if preset and initial is None:
         messages.error(request, f"Unknown preset {preset!r}.")
-    form = ScenarioForm(request.POST or None, initial=initial)
+    form = ScenarioForm(request.POST or None, initial=initial, user=request.user)
     if request.method == "POST" and form.is_valid():
         try:
             scenario = services.scenario_create(owner=request.user, data=form.service_data())
@@ -211,7 +183,9 @@ def scenario_create(request):
 @login_required
 def scenario_edit(request, pk: int):
     scenario = owned_scenario(request, pk)
-    form = ScenarioForm(request.POST or None, initial=initial_from_scenario(scenario))
+    form = ScenarioForm(
+        request.POST or None, initial=initial_from_scenario(scenario), user=request.user
+    )
     if request.method == "POST" and form.is_valid():
         try:
             services.scenario_update(scenario=scenario, data=form.service_data())

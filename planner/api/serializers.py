@@ -5,6 +5,7 @@ planner.services, whose errors come back under the same dotted field paths."""
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
 from drf_spectacular.utils import OpenApiExample, extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
@@ -158,8 +159,17 @@ class ScenarioSerializer(serializers.Serializer):
     api_alternative = ApiAlternativeSerializer(required=False)
     policy = PolicySerializer(required=False)
     owner = serializers.CharField(source="owner.username", read_only=True)
+    shared_with = serializers.ListField(
+        child=serializers.CharField(max_length=150),
+        required=False,
+        max_length=services.MAX_SHARED_WITH,
+        help_text="usernames who may read (not change or run) it; only the owner sets this",
+    )
     created_at = serializers.DateTimeField(read_only=True)
     updated_at = serializers.DateTimeField(read_only=True)
+    archived_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="set: archived (POST archive/, unarchive/)"
+    )
     latest_run = serializers.SerializerMethodField()
 
     @extend_schema_field(LatestRunSerializer(allow_null=True))
@@ -189,6 +199,10 @@ class ScenarioSerializer(serializers.Serializer):
         document.update(
             id=scenario.pk,
             owner=scenario.owner.username,
+            shared_with=sorted(scenario.shared_with.values_list("username", flat=True)),
+            archived_at=serializers.DateTimeField().to_representation(scenario.archived_at)
+            if scenario.archived_at
+            else None,
             created_at=serializers.DateTimeField().to_representation(scenario.created_at),
             updated_at=serializers.DateTimeField().to_representation(scenario.updated_at),
             latest_run=self.get_latest_run(scenario),
@@ -199,16 +213,28 @@ class ScenarioSerializer(serializers.Serializer):
         return scenario_io.flatten(validated)
 
     def create(self, validated_data):
-        try:
-            return services.scenario_create(
-                owner=self.context["request"].user, data=self._flat(validated_data)
-            )
-        except DjangoValidationError as exc:
-            raise serializers.ValidationError(scenario_io.nest_errors(exc.message_dict)) from exc
+        shared = validated_data.pop("shared_with", None)
+        owner = self.context["request"].user
+        return self._write(
+            lambda: services.scenario_create(owner=owner, data=self._flat(validated_data)), shared
+        )
 
     def update(self, instance, validated_data):
+        shared = validated_data.pop("shared_with", None)
+        return self._write(
+            lambda: services.scenario_update(scenario=instance, data=self._flat(validated_data)),
+            shared,
+        )
+
+    @staticmethod
+    def _write(save, shared: list[str] | None) -> Scenario:
+        """Save and set ``shared_with`` in one transaction: a bad username saves nothing."""
         try:
-            return services.scenario_update(scenario=instance, data=self._flat(validated_data))
+            with transaction.atomic():
+                scenario = save()
+                if shared is not None:
+                    services.scenario_share_set(scenario=scenario, usernames=shared)
+                return scenario
         except DjangoValidationError as exc:
             raise serializers.ValidationError(scenario_io.nest_errors(exc.message_dict)) from exc
 
@@ -284,9 +310,27 @@ class GpuSkuSerializer(serializers.ModelSerializer):
 
 
 class ModelArchitectureSerializer(serializers.ModelSerializer):
+    owner = serializers.CharField(
+        source="owner.username",
+        read_only=True,
+        allow_null=True,
+        help_text="null for the shared catalog; your username for a model you imported",
+    )
+
     class Meta:
         model = ModelArchitecture
         exclude = ["config_json"]
+
+
+class ModelImportSerializer(serializers.Serializer):
+    """One config source: ``config`` (JSON object), ``file`` (config.json) or ``base``."""
+
+    name = serializers.CharField(max_length=200, help_text="e.g. my-org/support-bot-8b")
+    config = serializers.JSONField(required=False, help_text="the config.json object")
+    file = serializers.FileField(required=False, help_text="config.json, at most 1 MB")
+    base = serializers.CharField(
+        required=False, allow_blank=True, help_text="catalog model slug to copy"
+    )
 
 
 class GpuHourPriceSerializer(serializers.ModelSerializer):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import OuterRef, Q, Subquery
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
@@ -11,14 +12,14 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.filters import OrderingFilter
-from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 
 from fleets.measurements import MeasurementError
 from fleets.models import CalibrationProfile, GpuSku, ModelArchitecture
-from planner import exports, selectors, services
+from planner import exports, scenario_io, selectors, services
 from planner.api import serializers as s
 from planner.api.errors import error_response
 from planner.dates import parse_moment
@@ -62,7 +63,32 @@ SCENARIO_FILTERS = [
         description="status of the latest run",
     ),
     OpenApiParameter("search", OpenApiTypes.STR, description="name contains"),
+    OpenApiParameter(
+        "archived",
+        OpenApiTypes.STR,
+        enum=["false", "true", "any"],
+        description="archived scenarios: left out (default), only them, or both",
+    ),
 ]
+ARCHIVED = {"false": {"archived_at__isnull": True}, "true": {"archived_at__isnull": False}}
+
+
+def _run_started(request, start) -> Response:
+    """202 with the new run (or the saved, queued one when the workers are unavailable)."""
+    workers_available = True
+    try:
+        run = start()
+        message = "finished in-process" if run.is_finished else "queued for the workers"
+    except services.WorkersUnavailable as exc:
+        workers_available, message, run = False, str(exc), exc.run
+    body = {
+        "id": run.pk,
+        "status": run.status,
+        "workers_available": workers_available,
+        "url": request.build_absolute_uri(f"/api/v1/runs/{run.pk}/"),
+        "message": message,
+    }
+    return Response(body, status=status.HTTP_202_ACCEPTED)
 
 
 @extend_schema_view(list=extend_schema(parameters=SCENARIO_FILTERS))
@@ -86,6 +112,11 @@ class ScenarioViewSet(viewsets.ModelViewSet):
             queryset = queryset.filter(tags__contains=[tag])
         if search := params.get("search"):
             queryset = queryset.filter(name__icontains=search)
+        archived = params.get("archived", "false")
+        if archived not in (*ARCHIVED, "any"):
+            raise ValidationError({"archived": ["one of false, true, any"]})
+        if self.action == "list" and archived in ARCHIVED:
+            queryset = queryset.filter(**ARCHIVED[archived])
         if run_status := params.get("status"):
             if run_status not in SizingRun.Status.values:
                 raise ValidationError({"status": [f"one of {', '.join(SizingRun.Status.values)}"]})
@@ -99,21 +130,33 @@ class ScenarioViewSet(viewsets.ModelViewSet):
     def run(self, request, pk=None):
         """Start a sizing run (202 with the run id; poll runs/{id}/)."""
         scenario = self.get_object()
-        workers_available, message = True, "queued"
+        return _run_started(request, lambda: services.sizing_run_start(scenario=scenario))
+
+    @extend_schema(request=None, responses={201: s.ScenarioSerializer})
+    @action(detail=True, methods=["post"], permission_classes=[permissions.IsAuthenticated])
+    def clone(self, request, pk=None):
+        """Copy a scenario you can read (yours or shared with you) into a new one you own."""
         try:
-            run = services.sizing_run_start(scenario=scenario)
-            message = "finished in-process" if run.is_finished else "queued for the workers"
-        except services.WorkersUnavailable as exc:
-            workers_available, message = False, str(exc)
-            run = scenario.runs.order_by("-created_at").first()
-        body = {
-            "id": run.pk,
-            "status": run.status,
-            "workers_available": workers_available,
-            "url": request.build_absolute_uri(f"/api/v1/runs/{run.pk}/"),
-            "message": message,
-        }
-        return Response(body, status=status.HTTP_202_ACCEPTED)
+            copy = services.scenario_clone(scenario=self.get_object(), owner=request.user)
+        except DjangoValidationError as exc:
+            raise ValidationError(scenario_io.nest_errors(exc.message_dict)) from exc
+        return Response(s.ScenarioSerializer(copy).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: s.ScenarioSerializer})
+    @action(detail=True, methods=["post"])
+    def archive(self, request, pk=None):
+        """Hide it from the lists (kept and readable; ``unarchive/`` brings it back)."""
+        scenario = services.scenario_archive(scenario=self.get_object(), archived=True)
+        return Response(s.ScenarioSerializer(scenario).data)
+
+    @extend_schema(request=None, responses={200: s.ScenarioSerializer})
+    @action(detail=True, methods=["post"])
+    def unarchive(self, request, pk=None):
+        scenario = services.scenario_archive(scenario=self.get_object(), archived=False)
+        return Response(s.ScenarioSerializer(scenario).data)
+
+    def perform_destroy(self, instance):
+        services.scenario_delete(scenario=instance)
 
     @extend_schema(responses=s.RunListSerializer(many=True))
     @action(detail=True, methods=["get"])
@@ -138,6 +181,16 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_serializer_class(self):
         return s.RunListSerializer if self.action == "list" else s.RunSerializer
+
+    @extend_schema(request=None, responses={202: s.RunStartedSerializer})
+    @action(detail=True, methods=["post"])
+    def rerun(self, request, pk=None):
+        """Run again exactly this run's inputs snapshot (202 with the new run id); the
+        scenario's own ``run/`` sizes what the scenario says now."""
+        run = self.get_object()
+        if run.scenario.owner_id != request.user.pk:
+            raise PermissionDenied("only the owner can run this scenario")
+        return _run_started(request, lambda: services.sizing_run_rerun(run=run))
 
     @extend_schema(responses={(200, "text/csv"): OpenApiTypes.STR, 409: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"], url_path="export.csv")
@@ -178,9 +231,54 @@ class GpuViewSet(viewsets.ModelViewSet):
 
 
 class ModelViewSet(viewsets.ModelViewSet):
-    queryset = ModelArchitecture.objects.all()
+    """The shared catalog and your imported models (``import/``); staff edit the catalog."""
+
+    queryset = ModelArchitecture.objects.all()  # narrowed per user in get_queryset
     serializer_class = s.ModelArchitectureSerializer
     permission_classes = [IsStaffOrReadOnly]
+
+    def get_queryset(self):
+        if self.request.user.is_staff:
+            return ModelArchitecture.objects.select_related("owner")
+        return selectors.models_visible_to(self.request.user).select_related("owner")
+
+    @extend_schema(
+        request={
+            "application/json": s.ModelImportSerializer,
+            "multipart/form-data": s.ModelImportSerializer,
+        },
+        responses={201: s.ModelArchitectureSerializer, 200: s.ModelArchitectureSerializer},
+    )
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path="import",
+        permission_classes=[permissions.IsAuthenticated],
+        parser_classes=[JSONParser, MultiPartParser, FormParser],
+    )
+    def import_config(self, request):
+        """Import a model of your own from a config.json (``config`` object, ``file`` upload,
+        or ``base``: a catalog model's slug to copy the architecture of). Checked as
+        ``manage.py import_hf_config`` checks it; only you see it. 201 new, 200 updated."""
+        from fleets.services import ModelImportRefused
+        from planner.model_import import import_for
+
+        form = s.ModelImportSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        try:
+            row, action = import_for(
+                request.user,
+                name=data["name"],
+                config=data.get("config"),
+                upload=data.get("file"),
+                base=data.get("base") or "",
+            )
+        except ModelImportRefused as exc:
+            field = "name" if exc.field == "name" else "config"
+            raise ValidationError({field: [str(exc)]}) from exc
+        code = status.HTTP_201_CREATED if action == "created" else status.HTTP_200_OK
+        return Response(s.ModelArchitectureSerializer(row).data, status=code)
 
 
 class PriceSheetViewSet(viewsets.ModelViewSet):

@@ -1,4 +1,5 @@
-/* Headroom: render plotly figures from their JSON <script> and make tables sortable.
+/* Headroom: render plotly figures from their JSON <script>, make tables sortable, filter
+   checkbox lists and focus the error summary.
    Runs on page load and after every htmx swap (the run page swaps progress -> results). */
 (function () {
   "use strict";
@@ -53,10 +54,75 @@
     });
   }
 
-  function init(root) { renderCharts(root); initSort(root); }
+  /* Searchable checkbox lists (models, GPUs): a filter box above the checkboxes. Without
+     JavaScript the plain checkboxes work the same. Checked boxes stay visible. */
+  function initChecklists(root) {
+    root.querySelectorAll("[data-checklist]").forEach(function (list) {
+      if (list.dataset.ready) return;
+      list.dataset.ready = "1";
+      var tools = document.createElement("div");
+      tools.className = "checklist-tools";
+      var label = document.createElement("label");
+      var input = document.createElement("input");
+      var status = document.createElement("span");
+      input.type = "search";
+      input.id = list.id + "_filter";
+      input.autocomplete = "off";
+      input.setAttribute("aria-controls", list.id);
+      label.htmlFor = input.id;
+      label.textContent = "Filter " + list.dataset.checklist;
+      status.className = "checklist-status";
+      status.id = list.id + "_status";
+      status.setAttribute("aria-live", "polite");
+      input.setAttribute("aria-describedby", status.id);
+      function update() {
+        var terms = input.value.toLowerCase().split(/\s+/).filter(Boolean);
+        var shown = 0, checked = 0;
+        list.querySelectorAll("label").forEach(function (item) {
+          var box = item.querySelector("input");
+          var text = item.textContent.toLowerCase();
+          var match = box.checked || terms.every(function (t) { return text.indexOf(t) !== -1; });
+          item.hidden = !match;
+          if (match) shown += 1;
+          if (box.checked) checked += 1;
+        });
+        status.textContent = checked + " selected, " + shown + " shown";
+      }
+      input.addEventListener("input", update);
+      input.addEventListener("keydown", function (e) { if (e.key === "Enter") e.preventDefault(); });
+      list.addEventListener("change", update);
+      tools.appendChild(label);
+      tools.appendChild(input);
+      tools.appendChild(status);
+      list.parentNode.insertBefore(tools, list);
+      update();
+    });
+  }
+
+  /* After a failed submit the error summary takes the focus; its links focus the field. */
+  function initErrorSummary() {
+    var summary = document.getElementById("error-summary");
+    if (!summary) return;
+    summary.focus();
+    summary.querySelectorAll("a[data-focus]").forEach(function (link) {
+      link.addEventListener("click", function (event) {
+        var target = document.getElementById(link.dataset.focus);
+        if (!target) return;
+        var input = target.matches("input, select, textarea") ? target
+          : target.querySelector("input, select, textarea");
+        if (!input) return;
+        event.preventDefault();
+        input.focus();
+        input.scrollIntoView({ block: "center" });
+      });
+    });
+  }
+
+  function init(root) { renderCharts(root); initSort(root); initChecklists(root); }
 
   document.addEventListener("DOMContentLoaded", function () {
     init(document);
+    initErrorSummary();
     document.body.addEventListener("htmx:afterSettle", function (event) { init(event.target); });
     var share = document.getElementById("share-url");
     if (share) { share.focus(); share.select(); }

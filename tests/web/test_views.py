@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.forms import CheckboxSelectMultiple
 from django.utils import timezone
 
 from planner import charts, services
@@ -87,8 +88,9 @@ def test_new_scenario_form_has_a_label_and_unit_for_every_input(owner_client, ca
     page = owner_client.get("/scenarios/new/").content.decode()
     form = ScenarioForm()
     for name, field in form.fields.items():
-        if name == "precisions":
-            assert "<legend>Weight precisions" in page
+        if isinstance(field.widget, CheckboxSelectMultiple):  # a group: legend, labelled boxes
+            assert f"<legend>{field.label}" in page, name
+            assert f'for="id_{name}_0"' in page, name
             continue
         assert f'for="id_{name}"' in page, name
         if field.unit:

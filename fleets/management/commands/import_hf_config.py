@@ -1,14 +1,11 @@
 """`python manage.py import_hf_config PATH [--name NAME]`: add or update a model (no network)."""
 
-import datetime as dt
 import json
 from pathlib import Path
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from fleets.architecture import ConfigError
-from fleets.services import model_architecture_upsert
+from fleets.services import ModelImportRefused, model_import
 
 
 class Command(BaseCommand):
@@ -27,23 +24,17 @@ class Command(BaseCommand):
             raise CommandError(f"cannot read {path}: {exc.strerror}") from exc
         except json.JSONDecodeError as exc:
             raise CommandError(f"{path} is not valid JSON: {exc}") from exc
-        guessed = (
-            str(config.get("_name_or_path") or "").strip("/") if isinstance(config, dict) else ""
-        )
-        if guessed.startswith("/") or not guessed:
-            guessed = file.parent.name if file.stem == "config" else file.stem.replace("--", "/")
-        hf_id = hf_id or name or guessed
+        from_file = file.parent.name if file.stem == "config" else file.stem.replace("--", "/")
         try:
-            row, action = model_architecture_upsert(
-                hf_id=hf_id,
-                name=name or hf_id.split("/")[-1],
+            row, action = model_import(
                 config=config,
+                name=name,
+                hf_id=hf_id,
+                fallback_id=from_file,
                 source=f"config.json imported from file {file.name}",
-                as_of=dt.date.today(),
             )
-        except (ConfigError, ValidationError) as exc:
-            message = exc.messages[0] if isinstance(exc, ValidationError) else str(exc)
-            raise CommandError(f"{file.name}: {message}; nothing imported") from exc
+        except ModelImportRefused as exc:
+            raise CommandError(f"{file.name}: {exc}; nothing imported") from exc
         self.stdout.write(
             f"{action} {row.name}: {row.total_params / 1e9:.2f}B total, "
             f"{row.active_params / 1e9:.2f}B active, {row.num_layers} layers, {row.attention_kind}"
