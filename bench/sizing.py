@@ -311,7 +311,8 @@ def scalar_point(
     blend = min(max(pre / chunk - 1.0, 0.0), 1.0)
     tpot = (1 - blend) * tpot + blend * max(grouped, tpot)
     rho = min(pre / max(budget_tok - dec, 1.0), 0.95)
-    wave = cal.prefill_wave_fraction * max(b * isl / max(budget_tok - dec, chunk) - n_ch, 0) / 2
+    wave = min(max(b * isl / max(budget_tok - dec, chunk) - n_ch, 0) / 2, 10.0)
+    wave *= cal.prefill_wave_fraction
     wait = max(rho * rho / (2 * (1 - rho)) * n_ch, wave)
     ttft = cal.frontend_latency_s + (n_ch + wait) * t_group
     x = b / (ttft + osl * tpot)

@@ -71,15 +71,21 @@ def test_calibrate_fits_and_saves_a_profile_with_its_cv_error(catalog, lab_csv):
     # when calibrating
     out = io.StringIO()
     call_command("calibrate", str(lab_csv), stdout=out, stderr=io.StringIO())
-    # then an H100 x vLLM profile is saved with constants, rows, CV error and source
-    profile = UPLOADED().get(gpu__slug="h100_sxm", engine_family="vllm")
+    # then an H100 x vLLM profile is saved with constants, rows, CV error and source, and
+    # named with the engine release the file states ("vLLM 0.11")
+    profile = UPLOADED().get(
+        gpu__slug="h100_sxm", engine_family="vllm", precision="", engine_version=""
+    )
+    assert profile.name == "h100_sxm / vllm 0.11 (newest)"
+    assert UPLOADED().filter(gpu__slug="h100_sxm", engine_version="0.11").exists()
+    assert profile.quality["n_points"] == 18 and "bound_hits" in profile.quality
     assert profile.source == "user upload lab.csv"
     assert profile.n_points == 18 and len(profile.fitted_row_ids) == 18
     assert set(profile.constants) >= {"eta_mem", "step_overhead_s"}
     assert 0 < profile.relative_error < 1
     assert profile.cv_error["tpot_ms"]["n"] > 0
     assert profile.fitted_sources == ["our lab"]
-    assert "h100_sxm / vllm" in out.getvalue()
+    assert "h100_sxm / vllm 0.11" in out.getvalue()
 
 
 def test_calibrate_dry_run_saves_nothing(catalog, lab_csv):
@@ -118,11 +124,10 @@ def test_bad_rows_are_refused_naming_line_and_field_and_nothing_is_saved(
 
 
 def test_too_few_points_for_the_constants_is_refused_with_the_reason(catalog, tmp_path):
-    # given TTFT and TPOT at one condition: 2 points for 3 constants (prefill and memory
-    # efficiency, step overhead)
+    # given TTFT and TPOT at one condition: 2 points (the priors would be all a profile says)
     path = measured_csv(tmp_path / "thin.csv", points=POINTS[:1], metrics=METRICS[1:])
     # when calibrating, then the fit is refused with that reason and nothing is saved
-    with pytest.raises(CommandError, match="a fit needs at least as many points as constants"):
+    with pytest.raises(CommandError, match="a fit needs at least 3 measured points"):
         call_command("calibrate", str(path), stdout=io.StringIO(), stderr=io.StringIO())
     assert not UPLOADED().exists()
 
@@ -132,9 +137,15 @@ def test_calibration_for_walks_the_fallback_chain(catalog, lab_csv):
     call_command("calibrate", str(lab_csv), stdout=io.StringIO(), stderr=io.StringIO())
     # when selecting for several deployments, then each says which profile it used
     cal, label = calibration.calibration_for("h100_sxm", "vllm", "fp8")
-    assert label == "h100_sxm / vllm" and cal.name == "h100_sxm / vllm"
-    assert calibration.calibration_for("h100_sxm", "sglang")[1] == "h100_sxm / vllm (other engine)"
-    assert calibration.calibration_for("h200_sxm", "vllm")[1].startswith("gen:hopper")
+    assert label == cal.name == "h100_sxm / vllm 0.11 (newest) / fp8"
+    assert calibration.calibration_for("h100_sxm", "vllm", "", engine_version="0.11")[1] == (
+        "h100_sxm / vllm 0.11"
+    )
+    assert calibration.calibration_for("h100_sxm", "sglang")[1] == (
+        "h100_sxm / vllm 0.11 (newest) (other engine)"
+    )
+    # H200 has no profile of its own: its generation's (same silicon), not physics
+    assert calibration.calibration_for("h200_sxm", "vllm")[1] == "hopper / vllm 0.11 (newest)"
     physics, label = calibration.calibration_for("mi300x", "sglang")
     assert label == "physics defaults" and physics.relative_error == 0.25
 
@@ -155,7 +166,7 @@ def test_validate_json_reports_errors_per_metric_group_and_worst_rows(catalog, l
         "tpot_ms",
     }
     assert len(summary["worst"]) == 10
-    assert summary["profiles_used"] == ["h100_sxm / vllm"]
+    assert summary["profiles_used"] == ["h100_sxm / vllm 0.11 / fp8"]
 
 
 def test_validate_prints_a_table(catalog, lab_csv):
@@ -222,7 +233,8 @@ def test_admin_upload_of_a_csv_fits_a_profile_owned_by_the_user(catalog, staff_c
     client, user = staff_client
     response = _upload(client, "lab.csv", lab_csv.read_bytes())
     assert response.status_code == 200
-    profile = UPLOADED().get(gpu__slug="h100_sxm", engine_family="vllm")
+    profile = UPLOADED().get(gpu__slug="h100_sxm", engine_family="vllm", precision="",
+                             engine_version="")  # fmt: skip
     assert profile.owner == user and profile.source == "user upload lab.csv"
 
 
@@ -234,12 +246,12 @@ def test_admin_upload_refuses_bad_rows_and_thin_json_saving_nothing(
     bad = measured_csv(tmp_path / "bad.csv", metric="joules")
     response = _upload(client, "bad.csv", bad.read_bytes())
     assert "line 2, field &#x27;metric&#x27;" in response.content.decode()
-    # a single vLLM result (one condition) has fewer points than constants
+    # a single vLLM result is one condition: it cannot tell the terms apart
     content = (DATA / "vllm_bench_serve_llama8b_h100_c16.json").read_bytes()
     response = _upload(
         client, "run.json", content, num_gpus=1, tp=1, weight_precision="fp8", isl=1024, osl=128
     )
-    assert "fewer" in response.content.decode() or "at least as many" in (response.content.decode())
+    assert "one condition cannot tell the terms apart" in response.content.decode()
     # a JSON upload without its conditions is refused naming the field
     response = _upload(client, "run.json", content)
     assert "num_gpus" in response.content.decode()
