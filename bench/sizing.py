@@ -314,7 +314,8 @@ def scalar_point(
     wave = min(max(b * isl / max(budget_tok - dec, chunk) - n_ch, 0) / 2, 10.0)
     wave *= cal.prefill_wave_fraction
     wait = max(rho * rho / (2 * (1 - rho)) * n_ch, wave)
-    ttft = cal.frontend_latency_s + (n_ch + wait) * t_group
+    t_last = step(dec, ctx, max(group - (n_ch * chunk - isl), 1.0), isl)
+    ttft = cal.frontend_latency_s + (n_ch - 1 + wait) * t_group + t_last
     x = b / (ttft + osl * tpot)
     if batch > b:
         ttft += (batch - b) / x

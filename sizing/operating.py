@@ -13,7 +13,8 @@ prompts). Per DP rank with B sequences, prompts of ``isl`` and outputs of ``osl`
   (decode + one chunk), the rest pure decode. ``TPOT = (1 - f) * t_pure + f * t_mixed``.
 - Closed-loop clients with equal lengths stay in step: prompts reach the engine in groups
   that fill the budget left by the decodes, ``G = max(min(B * isl, budget - dec), chunk)``.
-  ``TTFT = (n_ch + wait) * t_group`` (a step carrying G prompt tokens) with ``wait =
+  ``TTFT = (n_ch - 1 + wait) * t_group + t_last`` (a step carrying G prompt tokens; the
+  last carries the prompt's remainder) with ``wait =
   rho^2 / (2 (1 - rho)) * n_ch`` steps behind other groups (``rho = P / (budget - dec)``
   capped at 0.95; M/D/1's wait damped by rho, the groups being nearly deterministic).
 - When ``P > chunk`` the grouped TPOT ``(1 - P/G) t_pure + (P/G) t_group`` is blended in
@@ -280,7 +281,13 @@ def _operating_point(
     wave_steps = np.minimum(np.maximum(b_rank * isl / room - n_ch, 0.0) / 2.0, WAVE_MAX_STEPS)
     wave_steps = np.where(waves, c.prefill_wave_fraction * wave_steps, 0.0)
     wait_steps = np.maximum(wait_steps, wave_steps)
-    ttft = c.frontend_latency_s + (n_ch + wait_steps) * prefill.step_s
+    # The prompt's last chunk holds only its remainder, ``isl - (n_ch - 1) * chunk`` tokens
+    # (plus the others' share of the group): a 9,000-token prompt in 8,192-token chunks is
+    # one full step and one of 808 tokens, not two full steps.
+    last_tokens = np.maximum(group - (n_ch * chunk - isl), 1.0)
+    last = decode_step(c, dec, ctx, last_tokens, isl)
+    prefill_own = (n_ch - 1.0) * prefill.step_s + last.step_s
+    ttft = c.frontend_latency_s + prefill_own + wait_steps * prefill.step_s
     residence = ttft + osl * tpot
     x_instance = b_rank / residence * c.dp
     queue = np.where(offered > batch, (offered - batch) / x_instance, 0.0)

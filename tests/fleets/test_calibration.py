@@ -200,9 +200,52 @@ def test_predict_uses_the_stored_profile(catalog, lab_csv, tmp_path):
     CalibrationProfile.objects.all().delete()
     physics = tmp_path / "phys.csv"
     call_command("predict", str(source), "-o", str(physics), stderr=io.StringIO())
-    # then the stored profile changed the prediction
-    tpot = [next(csv.DictReader(p.open()))["tpot_ms"] for p in (calibrated, physics)]
-    assert tpot[0] != tpot[1]
+    # then the stored profile changed the prediction, and each output names its profile
+    first = [next(csv.DictReader(p.open())) for p in (calibrated, physics)]
+    assert first[0]["tpot_ms"] != first[1]["tpot_ms"]
+    assert first[0]["profile"] == "h100_sxm / vllm 0.11 (newest) / fp8"
+    assert first[1]["profile"] == "physics defaults"
+
+
+def test_predict_uses_precision_and_release_specific_profiles(catalog, tmp_path):
+    # given shipped-style profiles for hopper x vLLM: any precision, fp8, and release 0.18
+    from fleets.calibration import save_profiles
+
+    CalibrationProfile.objects.all().delete()
+    base = dict(gpu_slug=None, generation="hopper", engine_family="vllm", free_constants=[],
+                relative_error=0.2, n_points=10)  # fmt: skip
+    save_profiles(
+        [
+            {**base, "name": "hopper / vllm", "precision": "", "constants": {"eta_mem": 0.5}},
+            {
+                **base,
+                "name": "hopper / vllm / fp8",
+                "precision": "fp8",
+                "constants": {"eta_mem": 0.7},
+            },
+            {
+                **base,
+                "name": "hopper / vllm 0.18",
+                "precision": "",
+                "engine_version": "0.18",
+                "constants": {"eta_mem": 0.6},
+            },
+        ],  # fmt: skip
+        "shipped fit",
+    )
+    source = tmp_path / "in.csv"
+    source.write_text(
+        "model,gpu,num_gpus,tp,pp,ep,weight_precision,kv_precision,isl,osl,concurrency,engine\n"
+        "Llama-3.1-8B,H200,1,1,1,1,fp8,fp8,1024,128,16,vllm\n"
+        "Llama-3.1-8B,H200,1,1,1,1,bf16,bf16,1024,128,16,vllm\n"
+        "Llama-3.1-8B,H200,1,1,1,1,bf16,bf16,1024,128,16,vLLM v0.18.1\n"
+    )
+    out = tmp_path / "out.csv"
+    # when predicting
+    call_command("predict", str(source), "-o", str(out), stderr=io.StringIO())
+    # then each row used the most specific profile: precision, release, or the family's
+    profiles = [row["profile"] for row in csv.DictReader(out.open())]
+    assert profiles == ["hopper / vllm / fp8", "hopper / vllm", "hopper / vllm 0.18"]
 
 
 # ---------------------------------------------------------------- admin upload
