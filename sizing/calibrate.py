@@ -731,8 +731,9 @@ def fit_profiles(
             columns.measured[served],
         )
         ape = absolute_percentage_error(predicted[served], columns.measured[served])
-        in_sample = float(np.nanmedian(ape)) if len(served) else math.nan
-        error = (error_of or {}).get(key, max(in_sample, 0.10) if served else 0.25)
+        finite = ape[np.isfinite(ape)]
+        in_sample = float(np.median(finite)) if len(finite) else math.nan
+        error = (error_of or {}).get(key, max(in_sample, 0.10) if len(finite) else 0.25)
         fit = FitResult(
             calibration=dataclasses.replace(calibration, relative_error=float(error)),
             free_constants=_free_constants(joint, key, generation_of_place[key.gpu], newest),
@@ -869,7 +870,8 @@ def apply_cv_errors(profiles: ProfileSet, evaluation: Evaluation) -> dict:
     errors of the points it serves; return the per-profile CV tables."""
     tables = profile_cv_errors(evaluation, profiles)
     for key, fit in list(profiles.profiles.items()):
-        fallback = max(fit.in_sample_median_ape, 0.10) * 1.5
+        in_sample = fit.in_sample_median_ape
+        fallback = (max(in_sample, 0.10) if math.isfinite(in_sample) else 0.25) * 1.5
         band, ttft = relative_errors(tables.get(key, {}), fallback)
         calibration = dataclasses.replace(
             fit.calibration, relative_error=band, ttft_relative_error=ttft

@@ -184,6 +184,9 @@ def test_shipped_profiles_load_idempotently(catalog):
     assert first == second == CalibrationProfile.objects.filter(source="shipped fit").count()
     assert first > 5
     assert not CalibrationProfile.objects.filter(relative_error__lte=0).exists()
+    # every band is a finite number (a profile no held-out point reached gets the fallback)
+    bands = CalibrationProfile.objects.values_list("relative_error", "ttft_relative_error")
+    assert all(0 < band < 10 for pair in bands for band in pair)
 
 
 def test_predict_uses_the_stored_profile(catalog, lab_csv, tmp_path):
