@@ -235,7 +235,10 @@ def scalar_point(
     fits = layout_ok and w_gpu <= usable and budget > 0 and max_conc >= 1
     if not fits:
         return {"fits": False}
-    b = min(batch, max_conc, eng.max_num_seqs)
+    # the batch limit holds sequences at their live context, prompt + half the output
+    live_alloc = math.ceil((isl + 0.5 * osl) / eng.block_size) * eng.block_size
+    max_live = max(math.floor(max(budget, 0.0) / kv_seq(live_alloc)), max_conc)
+    b = min(batch, max_live, eng.max_num_seqs)
     link = g.scale_up_bw_gb_s * 1e9 / 2.0
     untied = 0.0 if m.tie_word_embeddings else m.embedding_params
     stream_nonexp = (nonexp - untied * max(b_w, 2.0)) / (tp * pp)
@@ -288,7 +291,8 @@ def scalar_point(
             hop_link = link if tp * pp <= g.scale_up_domain_gpus else g.scale_out_gb_s * 1e9
             hop = (dec + pre) / pp * m.hidden_size * 2.0 / (hop_link * cal.link_efficiency)
             hop += cal.allreduce_latency_s
-        return pp * stage(dec / pp, ctx, pre / pp, prompt) + (pp - 1) * hop + cal.step_overhead_s
+        overhead = cal.step_overhead_s + cal.step_overhead_per_layer_s * m.num_layers
+        return pp * stage(dec / pp, ctx, pre / pp, prompt) + (pp - 1) * hop + overhead
 
     budget_tok = eng.max_num_batched_tokens
     chunk = max(min(isl, max(budget_tok - b, 64.0)), 1.0)
@@ -307,7 +311,11 @@ def scalar_point(
     blend = min(max(pre / chunk - 1.0, 0.0), 1.0)
     tpot = (1 - blend) * tpot + blend * max(grouped, tpot)
     rho = min(pre / max(budget_tok - dec, 1.0), 0.95)
-    ttft = (n_ch + rho * rho / (2 * (1 - rho)) * n_ch) * t_group
+    wave = min(max(b * isl / max(budget_tok - dec, chunk) - n_ch, 0) / 2, 10.0)
+    wave *= cal.prefill_wave_fraction
+    wait = max(rho * rho / (2 * (1 - rho)) * n_ch, wave)
+    t_last = step(dec, ctx, max(group - (n_ch * chunk - isl), 1.0), isl)
+    ttft = cal.frontend_latency_s + (n_ch - 1 + wait) * t_group + t_last
     x = b / (ttft + osl * tpot)
     if batch > b:
         ttft += (batch - b) / x

@@ -203,6 +203,9 @@ class CalibrationProfile(models.Model):
     generation = models.CharField(max_length=20, choices=Generation.choices)
     engine_family = models.CharField(max_length=10, choices=Engine.choices, default=Engine.ANY)
     precision = models.CharField(max_length=10, blank=True, help_text="Blank: any precision.")
+    engine_version = models.CharField(
+        max_length=40, blank=True, help_text="Engine release, e.g. 0.21; blank: the newest."
+    )
     constants = models.JSONField(help_text="Fitted constants by Calibration field name.")
     free_constants = models.JSONField(default=list, help_text="Constants the fit moved.")
     relative_error = models.FloatField(help_text="Cross-validated median APE (fraction).")
@@ -211,6 +214,9 @@ class CalibrationProfile(models.Model):
     in_sample_error = models.JSONField(default=dict, blank=True)
     fitted_row_ids = models.JSONField(default=list, blank=True)
     fitted_sources = models.JSONField(default=list, blank=True)
+    quality = models.JSONField(
+        default=dict, blank=True, help_text="Points, constants that ended at a bound, verdict."
+    )
     n_points = models.PositiveIntegerField()
     created = models.DateTimeField(auto_now_add=True)
     source = models.CharField(max_length=300, help_text='"shipped fit" or "user upload <file>".')

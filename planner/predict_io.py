@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -47,8 +48,12 @@ OUTPUT = (
     "output_tok_s_per_gpu",
     "ttft_ms",
     "tpot_ms",
+    "profile",
 )
 ENGINES = {"vllm", "sglang", "trtllm"}
+#: Engine names accepted in the ``engine`` column, by family; a release may follow
+#: ("vllm 0.21", "SGLang v0.5.12", "tensorrt-llm==1.3") or sit in an ``engine_version`` column.
+ENGINE_ALIASES = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}
 MAX_GPUS = 100_000
 MAX_TOKENS = 10_000_000
 
@@ -71,6 +76,21 @@ class ParsedRow:
     osl: float
     concurrency: float
     engine: str
+    engine_version: str = ""
+
+
+def _engine(row: dict) -> tuple[str, str]:
+    """(family, release) from the ``engine`` (and optional ``engine_version``) columns."""
+    from sizing.calibrate import engine_release
+
+    text = (row.get("engine") or "vllm").strip().lower() or "vllm"
+    name = re.split(r"[\s=:]+", text, maxsplit=1)[0]
+    family = ENGINE_ALIASES.get(name, name)
+    if family not in ENGINES:
+        raise RowError(f"engine must be one of {', '.join(sorted(ENGINES))}, got {text!r}")
+    version_text = (row.get("engine_version") or "").strip()
+    release = engine_release(family, f"{family} {version_text}") if version_text else ""
+    return family, release or engine_release(family, text.replace(name, family, 1))
 
 
 def _int(row: dict, field: str, default: int | None = None, high: int = MAX_GPUS) -> int:
@@ -127,9 +147,7 @@ def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
     kv = _precision(kv_text, "kv_precision") if kv_text else ""
     concurrency_text = (row.get("concurrency") or "").strip()
     concurrency = float(_int(row, "concurrency", high=1_000_000)) if concurrency_text else math.nan
-    engine = (row.get("engine") or "vllm").strip().lower() or "vllm"
-    if engine not in ENGINES:
-        raise RowError(f"engine must be one of {', '.join(sorted(ENGINES))}, got {engine!r}")
+    engine, release = _engine(row)
     return ParsedRow(
         model,
         gpu,
@@ -143,6 +161,7 @@ def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
         _tokens(row, "osl"),
         concurrency,
         engine,
+        release,
     )
 
 
@@ -163,10 +182,14 @@ def predict_csv(
     source: TextIO,
     sink: TextIO,
     resolver: Resolver,
-    calibration_for=lambda gpu, engine: Calibration(),
+    calibration_for=lambda row: (Calibration(), "physics defaults"),
     simulate: bool = False,
 ) -> dict:
     """Read IN.csv from ``source`` and write OUT.csv to ``sink``; return counts.
+
+    ``calibration_for(parsed_row) -> (Calibration, profile label)``: the profile each row
+    uses (its GPU, engine family and release, weight precision); the label fills the
+    ``profile`` column.
 
     ``simulate``: replace throughput and the TTFT/TPOT medians of fitting rows by the
     discrete-event simulator's (slow path, ~0.05-1 s per row) instead of the mean-value model.
@@ -213,6 +236,7 @@ def _predict(parsed: list, good: list[int], calibration_for) -> dict[int, dict]:
         return {}
     rows = [parsed[i] for i in good]
     engines = {e: EngineSettings(engine=e) for e in ENGINES}
+    profiles = [calibration_for(r) for r in rows]
     prediction = predict_rows(
         [r.model for r in rows],
         [r.gpu for r in rows],
@@ -226,9 +250,10 @@ def _predict(parsed: list, good: list[int], calibration_for) -> dict[int, dict]:
         np.array([r.osl for r in rows]),
         np.array([r.concurrency for r in rows]),
         engine=[engines[r.engine] for r in rows],
-        calibration=[calibration_for(r.gpu, r.engine) for r in rows],
+        calibration=[chosen[0] for chosen in profiles],
     )
-    columns = {c: getattr(prediction, c).tolist() for c in OUTPUT}
+    columns = {c: getattr(prediction, c).tolist() for c in OUTPUT if c != "profile"}
+    columns["profile"] = [label for _, label in profiles]
     return {i: {c: columns[c][k] for c in OUTPUT} for k, i in enumerate(good)}
 
 
@@ -245,7 +270,7 @@ def simulate_row(row: ParsedRow, predicted: dict, calibration_for) -> dict:
     dp = int(default_dp(row.num_gpus, row.tp, row.pp))
     c = CandidateArrays.build(row.model, row.gpu, row.weight_precision, row.kv_precision or None,
                               row.tp, row.pp, row.ep, dp, engine,
-                              calibration_for(row.gpu, row.engine))  # fmt: skip
+                              calibration_for(row)[0])  # fmt: skip
     conc = row.concurrency
     if not math.isfinite(conc):
         conc = min(predicted["max_concurrency"], engine.max_num_seqs * dp)

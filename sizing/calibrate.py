@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,28 +53,22 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from sizing.chain import predict_rows
+from sizing.jointfit import (
+    CONSTANT_BOUNDS,
+    ENGINE_CONSTANTS,
+    FITTED_CONSTANTS,
+    PRIOR,
+    SILICON_CONSTANTS,
+    JointFit,
+    engine_nodes,
+    fit_joint,
+    silicon_nodes,
+)
 from sizing.specs import Calibration, EngineSettings, GpuSpec, ModelSpec
 
-FITTED_CONSTANTS = (
-    "eta_mem",
-    "eta_flop_decode",
-    "eta_flop_prefill",
-    "step_overhead_s",
-    "allreduce_latency_s",
-    "link_efficiency",
-)
-# Physical ranges: no engine beats the datasheet (eta <= 0.95), none streams HBM below a third
-# of peak in steady decode, and a prefill chunk is a large GEMM that runs at >= 20 % of peak
-# (the bound stops the fit from bending prefill speed to absorb TTFT queueing the mean-value
-# model lacks); per-step host overhead from 0.1 ms (CUDA graphs) to 50 ms.
-CONSTANT_BOUNDS: dict[str, tuple[float, float]] = {
-    "eta_mem": (0.30, 0.95),
-    "eta_flop_decode": (0.10, 0.95),
-    "eta_flop_prefill": (0.20, 0.95),
-    "step_overhead_s": (1e-4, 0.05),
-    "allreduce_latency_s": (1e-6, 2e-4),
-    "link_efficiency": (0.10, 0.95),
-}
+__all__ = ["CONSTANT_BOUNDS", "ENGINE_CONSTANTS", "FITTED_CONSTANTS", "SILICON_CONSTANTS"]
+
+# The constants, their bounds and the physics prior live with the joint fit (jointfit.py).
 FIT_METRICS = ("output_tok_s_per_gpu", "ttft_ms", "tpot_ms")
 ANY = "any"
 PHYSICS_LABEL = "physics defaults"
@@ -91,7 +86,8 @@ UNFITTED_FLAGS = {
 DRAWN_LENGTH_FACTOR = 0.9
 
 
-PHYSICS = Calibration()  # the prior every fit starts from
+PHYSICS = PRIOR  # the prior every fit starts from, and the last fallback
+MIN_FIT_POINTS = 3
 
 
 class CalibrationRefused(ValueError):
@@ -128,6 +124,8 @@ class FitPoint:
     source_group: str = ""
     model_family: str = ""
     flags: frozenset[str] = frozenset()
+    #: the engine release the row was measured on ('' when the source does not say)
+    engine_release: str = ""
 
     @property
     def precision(self) -> str:
@@ -238,7 +236,40 @@ def _point(row: Any, model: ModelSpec, gpu: GpuSpec, gpu_key: str, generation: s
         source_group=row.source_group,
         model_family=row.model_family,
         flags=frozenset(row.flags),
+        engine_release=engine_release(
+            row.engine_family, row.engine, getattr(row, "source_version", "")
+        ),
     )
+
+
+# Where a release is written in an engine name, container image or source note, per family.
+_RELEASE_PATTERNS = {
+    "sglang": (r"sglang[^0-9]{0,12}?v?(\d+\.\d+\.\d+)", r"sgl-dev:v?(\d+\.\d+\.\d+)"),
+    "vllm": (r"vllm[^0-9]{0,20}?v?(\d+\.\d+)",),
+    "trtllm": (
+        r"tensorrt[-_ ]llm[^0-9]{0,12}?v?(\d+\.\d+)",
+        r"tensorrt_llm==(\d+\.\d+)",
+        r"tensorrt-llm/release:(\d+\.\d+)",
+    ),
+    "other": (r"atom(\d+\.\d+\.\d+)", r"_atom(\d{8})"),
+}
+
+
+def engine_release(family: str, *texts: str) -> str:
+    """The engine release named in ``texts`` (first match), e.g. ``"0.5.12"`` for SGLang
+    (patch releases move SGLang's kernels), ``"0.21"`` for vLLM, ``"1.3"`` for TensorRT-LLM;
+    '' when none is named. Release candidates count as their release."""
+    for text in texts:
+        for pattern in _RELEASE_PATTERNS.get(family, ()):
+            found = re.search(pattern, text or "", re.IGNORECASE)
+            if found:
+                return found.group(1)
+    return ""
+
+
+def release_order(release: str) -> tuple[int, ...]:
+    """Sort key of a release string: numeric parts, '' (unversioned) first."""
+    return tuple(int(part) for part in re.findall(r"\d+", release)) if release else ()
 
 
 # ============================================================================ prediction
@@ -313,6 +344,17 @@ class FitResult:
     in_sample_by_metric: dict[str, tuple[float, float, int]]  # metric -> (median, mean, n)
     cost: float
     refused: str = ""
+    #: constants (of the nodes this profile reads) that ended at a physical bound: the fit
+    #: could not explain the data inside physics there, so that term is suspect
+    bound_hits: tuple[str, ...] = ()
+
+    @property
+    def quality(self) -> dict[str, Any]:
+        """What a reviewer needs to trust the profile: points, bound hits, a verdict."""
+        verdict = "constants at a bound" if self.bound_hits else "ok"
+        if self.n_points == 0:
+            verdict = "no own points (borrowed from its generation and engine)"
+        return {"n_points": self.n_points, "bound_hits": list(self.bound_hits), "verdict": verdict}
 
     @property
     def constants(self) -> dict[str, float]:
@@ -441,17 +483,19 @@ def fit_calibration(
 # ============================================================================ profiles
 @dataclass(frozen=True)
 class ProfileKey:
-    """(GPU slug or ``gen:<generation>``, engine family or ANY, precision or ANY)."""
+    """(GPU slug or ``gen:<generation>``, engine family or ANY, precision or ANY, engine
+    release or ANY)."""
 
     gpu: str
     engine: str = ANY
     precision: str = ANY
+    version: str = ANY
 
     @property
     def label(self) -> str:
         parts = [self.gpu]
         if self.engine != ANY:
-            parts.append(self.engine)
+            parts.append(self.engine if self.version == ANY else f"{self.engine} {self.version}")
         if self.precision != ANY:
             parts.append(self.precision)
         return " / ".join(parts)
@@ -463,27 +507,44 @@ def generation_key(generation: str) -> str:
 
 @dataclass
 class ProfileSet:
-    """Fitted profiles by key, the refusals with reasons, and the fallback walk."""
+    """Fitted profiles by key, the refusals with reasons, the joint fit behind them, and the
+    fallback walk."""
 
     profiles: dict[ProfileKey, FitResult] = field(default_factory=dict)
     refused: dict[ProfileKey, str] = field(default_factory=dict)
+    joint: JointFit | None = None
 
     def select(
-        self, gpu: str, engine: str, precision: str, generation: str
+        self, gpu: str, engine: str, precision: str, generation: str, version: str = ""
     ) -> tuple[Calibration, str]:
         return select_profile(
-            {k: r.calibration for k, r in self.profiles.items()}, gpu, engine, precision, generation
+            {k: r.calibration for k, r in self.profiles.items()},
+            gpu,
+            engine,
+            precision,
+            generation,
+            version,
         )
 
 
-def fallback_keys(gpu: str, engine: str, precision: str, generation: str) -> list[ProfileKey]:
-    """Keys to try in order; the same-GPU-other-engine step is resolved in select_profile."""
-    keys = [ProfileKey(gpu, engine, precision), ProfileKey(gpu, engine, ANY)]
-    if generation:
-        keys += [
-            ProfileKey(generation_key(generation), engine, ANY),
-            ProfileKey(generation_key(generation), ANY, ANY),
+def fallback_keys(
+    gpu: str, engine: str, precision: str, generation: str, version: str = ""
+) -> list[ProfileKey]:
+    """Keys to try in order for one place (a GPU or a generation), most specific first:
+    engine x precision x release -> engine x release -> engine x precision -> engine.
+    ``generation`` adds the same walk on ``gen:<generation>`` after the GPU's."""
+    precision = precision or ANY
+    version = version or ANY
+    places = [gpu] + ([generation_key(generation)] if generation else [])
+    keys = []
+    for place in places:
+        candidates = [
+            ProfileKey(place, engine, precision, version),
+            ProfileKey(place, engine, ANY, version),
+            ProfileKey(place, engine, precision, ANY),
+            ProfileKey(place, engine, ANY, ANY),
         ]
+        keys += [k for k in dict.fromkeys(candidates)]
     return keys
 
 
@@ -493,92 +554,218 @@ def select_profile(
     engine: str,
     precision: str,
     generation: str,
+    version: str = "",
+    owned: Mapping[ProfileKey, Calibration] | None = None,
 ) -> tuple[Calibration, str]:
-    """The calibration for one deployment and the label of what was used.
+    """The calibration for one deployment and the human-readable name of the profile used.
 
-    Order: this GPU x engine x precision -> this GPU x engine -> this GPU, another engine
-    (the one with the lowest error) -> this generation x engine -> this generation ->
-    physics defaults. Labels say which step answered, e.g. ``"h200_sxm / sglang (other
-    engine)"`` or ``"physics defaults"``.
+    One walk for every door (runs, predict, validate, the API, the report):
+
+    1. the owner's own profiles (``owned``) for this GPU x engine (x precision x release);
+    2. this GPU x engine (x precision x release), then this generation x engine (x ...):
+       a GPU with no profile of its own borrows its generation's silicon, not another
+       engine's profile (H200 x vLLM uses hopper x vLLM before H200 x TensorRT-LLM);
+    3. this GPU, another engine (the one with the lowest error), then this generation,
+       another engine, then the generation alone;
+    4. the physics defaults.
+
+    A release not given (or not fitted) means the newest fitted release. The label is the
+    profile's own name (it names the GPU or generation, engine release and precision), with
+    "(other engine)" when step 3 answered.
     """
-    first, second, *generation_keys = fallback_keys(gpu, engine, precision, generation)
-    for key in (first, second):
-        if key in profiles:
-            return profiles[key], key.label
-    others = [
-        k for k in profiles if k.gpu == gpu and k.engine not in (engine, ANY) and k.precision == ANY
-    ]
-    if others:
-        best = min(others, key=lambda k: (profiles[k].relative_error, k.engine))
-        return profiles[best], f"{best.label} (other engine)"
-    for key in generation_keys:
-        if key in profiles:
-            return profiles[key], f"{key.label} (same generation)"
-    default = Calibration()
-    return default, PHYSICS_LABEL
+    walk = fallback_keys(gpu, engine, precision, generation, version)
+    for table in (owned or {}, profiles):
+        for key in walk if table is profiles else walk[:4]:
+            if key in table:
+                return table[key], _label(table[key], key)
+    places = [gpu] + ([generation_key(generation)] if generation else [])
+    for place in places:
+        others = [
+            k
+            for k in profiles
+            if k.gpu == place and k.engine not in (engine, ANY) and k.precision == ANY
+            and k.version == ANY
+        ]  # fmt: skip
+        if others:
+            best = min(others, key=lambda k: (profiles[k].relative_error, k.engine))
+            return profiles[best], f"{_label(profiles[best], best)} (other engine)"
+    if generation and ProfileKey(generation_key(generation)) in profiles:
+        key = ProfileKey(generation_key(generation))
+        return profiles[key], _label(profiles[key], key)
+    return PHYSICS, PHYSICS_LABEL
 
 
-def _groups(points: Sequence[FitPoint], min_precision_points: int) -> dict[ProfileKey, list]:
-    """Point groups per profile key: GPU x engine, GPU x engine x precision when that
-    combination has enough points and the GPU x engine has more than one precision, and
-    generation x engine and generation alone."""
-    groups: dict[ProfileKey, list[FitPoint]] = defaultdict(list)
+def _label(calibration: Calibration, key: ProfileKey) -> str:
+    name = calibration.name
+    return name if name and name not in ("fitted", PHYSICS_LABEL) else key.label
+
+
+def profile_name(key: ProfileKey, release: str) -> str:
+    """Human-readable profile name: ``"hopper / vllm 0.21 / fp8"``; a key without a release
+    names the release it uses (``"(newest)"``), an unversioned family says so."""
+    place = key.gpu.removeprefix("gen:")
+    parts = [place]
+    if key.engine != ANY:
+        if key.version != ANY:
+            parts.append(f"{key.engine} {key.version}")
+        elif release:
+            parts.append(f"{key.engine} {release} (newest)")
+        else:
+            parts.append(f"{key.engine} (release not stated)")
+    else:
+        parts.append("any engine")
+    if key.precision != ANY:
+        parts.append(key.precision)
+    return " / ".join(parts)
+
+
+def _newest_releases(points: Sequence[FitPoint]) -> dict[str, str]:
+    newest: dict[str, str] = {}
     for p in points:
-        groups[ProfileKey(p.gpu_key, p.engine, ANY)].append(p)
-        if p.generation:
-            groups[ProfileKey(generation_key(p.generation), p.engine, ANY)].append(p)
-            groups[ProfileKey(generation_key(p.generation), ANY, ANY)].append(p)
-    by_precision: dict[ProfileKey, list[FitPoint]] = defaultdict(list)
+        r = p.engine_release
+        if r and release_order(r) > release_order(newest.get(p.engine, "")):
+            newest[p.engine] = r
+    return newest
+
+
+def _profile_keys(points: Sequence[FitPoint], places_of: Callable[[FitPoint], tuple]) -> list:
+    """Keys a fit emits: per place (generation, or GPU for uploads) x engine seen there:
+    engine alone, x each precision seen at the place, x each release of the engine, and the
+    exact precision x release combinations measured; and the place alone."""
+    keys: set[ProfileKey] = set()
+    precisions: dict[str, set[str]] = defaultdict(set)
+    releases: dict[str, set[str]] = defaultdict(set)
+    engines: dict[str, set[str]] = defaultdict(set)
     for p in points:
-        by_precision[ProfileKey(p.gpu_key, p.engine, p.precision)].append(p)
-    for key, members in by_precision.items():
-        parent = groups[ProfileKey(key.gpu, key.engine, ANY)]
-        if len(members) >= min_precision_points and len(members) < len(parent):
-            groups[key] = members
-    return dict(groups)
+        for place in places_of(p):
+            precisions[place].add(p.precision)
+            engines[place].add(p.engine)
+            if p.engine_release:
+                releases[p.engine].add(p.engine_release)
+                keys.add(ProfileKey(place, p.engine, p.precision, p.engine_release))
+    for place, families in engines.items():
+        keys.add(ProfileKey(place))
+        for family in families:
+            keys.add(ProfileKey(place, family))
+            keys |= {ProfileKey(place, family, prec) for prec in precisions[place]}
+            keys |= {ProfileKey(place, family, ANY, r) for r in releases[family]}
+    return sorted(keys, key=lambda k: (k.gpu, k.engine, k.precision, k.version))
+
+
+def _key_calibration(joint: JointFit, key: ProfileKey, generation: str, newest: dict) -> tuple:
+    """(Calibration, nodes' bound hits) a profile key stands for, composed from the joint fit:
+    precision ANY reads the generation's silicon node, release ANY the newest release (or
+    the family node), engine ANY the prior's engine constants."""
+    precision = "" if key.precision == ANY else key.precision
+    family = "" if key.engine == ANY else key.engine
+    release = newest.get(family, "") if key.version == ANY else key.version
+    name = profile_name(key, newest.get(family, ""))
+    calibration = joint.calibration(generation, precision or "*", family or "*", release, name)
+    if not precision:  # the generation node itself, not a precision leaf
+        s_top, _ = silicon_nodes(generation, "")
+        values = {k: joint.resolve(s_top, k) for k in SILICON_CONSTANTS}
+        calibration = dataclasses.replace(calibration, **values)
+    if not family:
+        calibration = dataclasses.replace(
+            calibration, **{k: getattr(PRIOR, k) for k in ENGINE_CONSTANTS}
+        )
+    hits = joint.hits_for(generation, precision or "*", family or "*", release)
+    return calibration, tuple(hits)
 
 
 def fit_profiles(
     points: Sequence[FitPoint],
     min_precision_points: int = 30,
     error_of: Mapping[ProfileKey, float] | None = None,
+    level: str = "generation",
+    start: JointFit | None = None,
 ) -> ProfileSet:
-    """Fit every profile the points support; refusals are kept with their reason.
+    """One hierarchical joint fit of all points (``sizing.jointfit``), then the profiles it
+    supports, keyed by generation (``level="generation"``, the shipped fit: GPUs of one
+    generation share silicon constants), by GPU (``level="gpu"``) or both (``"both"``, a
+    user's upload for their own fleet). Fewer than ``MIN_FIT_POINTS`` placeable points are
+    refused (priors would be all the profile says). ``min_precision_points`` is kept for
+    callers; precision leaves are always fitted, pulled toward their generation by the prior.
 
     ``error_of`` sets each profile's ``relative_error`` (cross-validated median APE, from
     :func:`cross_validate`); without it the in-sample median APE is used, floored at 10 %.
     """
     result = ProfileSet()
-    done: dict[tuple[int, ...], FitResult | str] = {}  # same points (e.g. the only GPU of a
-    for key, members in sorted(_groups(points, min_precision_points).items(), key=_key_order):
-        same = tuple(sorted(id(p) for p in members))  # generation): fit once, reuse
-        if same not in done:
-            try:
-                done[same] = fit_calibration(members, name=key.label)
-            except CalibrationRefused as refusal:
-                done[same] = str(refusal).split(": ", 1)[-1]
-        fit = done[same]
-        if isinstance(fit, str):
-            result.refused[key] = f"{key.label}: {fit}"
-            continue
-        fit = dataclasses.replace(
-            fit, calibration=dataclasses.replace(fit.calibration, name=key.label)
+    columns = _Columns.of(points)
+    if not points:
+        return result
+    first = columns.predict(PHYSICS)
+    placeable = [p for p, v in zip(points, first, strict=True) if np.isfinite(v)]
+    conditions = {(p.model.name, p.gpu_key, p.tp, p.isl, p.osl, p.concurrency) for p in placeable}
+    if len(placeable) < MIN_FIT_POINTS or len(conditions) < 2:
+        result.refused[ProfileKey("all")] = (
+            f"{len(placeable)} usable points (of {len(points)}; the rest do not fit in memory) "
+            f"at {len(conditions)} condition(s): a fit needs at least {MIN_FIT_POINTS} measured "
+            "points at 2 or more conditions (one condition cannot tell the terms apart)"
         )
-        error = (error_of or {}).get(key, max(fit.in_sample_median_ape, 0.10))
-        calibration = dataclasses.replace(fit.calibration, relative_error=float(error))
-        result.profiles[key] = dataclasses.replace(fit, calibration=calibration)
+        return result
+    columns = _Columns.of(placeable)
+    joint = fit_joint(
+        placeable, columns.predict, columns.metric_index, columns.measured, start=start
+    )
+    result.joint = joint
+    newest = _newest_releases(placeable)
+    own = [
+        joint.calibration(p.generation, p.precision, p.engine, p.engine_release) for p in placeable
+    ]
+    predicted = columns.predict(own)
+
+    def places_of(p: FitPoint) -> tuple[str, ...]:
+        generation = (generation_key(p.generation),) if p.generation else ()
+        gpu = (p.gpu_key,) if p.gpu_key else ()
+        return {"gpu": gpu, "both": gpu + generation}.get(level, generation)
+
+    generation_of_place = {place: p.generation for p in placeable for place in places_of(p)}
+    for key in _profile_keys(placeable, places_of):
+        served = [i for i, p in enumerate(placeable) if _serves(key, p)]
+        calibration, hits = _key_calibration(joint, key, generation_of_place[key.gpu], newest)
+        sub = _Columns(
+            tuple(placeable[i] for i in served),
+            {},
+            columns.metric_index[served],
+            columns.measured[served],
+        )
+        ape = absolute_percentage_error(predicted[served], columns.measured[served])
+        finite = ape[np.isfinite(ape)]
+        in_sample = float(np.median(finite)) if len(finite) else math.nan
+        error = (error_of or {}).get(key, max(in_sample, 0.10) if len(finite) else 0.25)
+        fit = FitResult(
+            calibration=dataclasses.replace(calibration, relative_error=float(error)),
+            free_constants=_free_constants(joint, key, generation_of_place[key.gpu], newest),
+            row_ids=tuple(placeable[i].row_id for i in served),
+            n_points=len(served),
+            in_sample_median_ape=in_sample,
+            in_sample_by_metric=_error_by_metric(sub, predicted[served]),
+            cost=joint.cost,
+            bound_hits=hits,
+        )
+        result.profiles[key] = fit
     return result
 
 
-def _key_order(item):
-    key = item[0]
-    return (key.gpu, key.engine, key.precision)
+def _free_constants(joint: JointFit, key: ProfileKey, generation: str, newest: dict) -> tuple:
+    precision = "" if key.precision == ANY else key.precision
+    family = "" if key.engine == ANY else key.engine
+    release = newest.get(family, "") if key.version == ANY else key.version
+    nodes = list(silicon_nodes(generation, precision)[: 2 if precision else 1])
+    if family:
+        nodes += list(engine_nodes(family, release))
+    free = {name for node in nodes for name in joint.values.get(node, {})}
+    return tuple(name for name in FITTED_CONSTANTS if name in free)
 
 
 # ============================================================================ validation
 def predict_with_profiles(points: Sequence[FitPoint], profiles: ProfileSet):
     """(predicted values, profile label per point) using the fallback walk."""
-    chosen = [profiles.select(p.gpu_key, p.engine, p.precision, p.generation) for p in points]
+    chosen = [
+        profiles.select(p.gpu_key, p.engine, p.precision, p.generation, p.engine_release)
+        for p in points
+    ]
     predicted = _Columns.of(points).predict([c for c, _ in chosen])
     return predicted, [label for _, label in chosen]
 
@@ -683,7 +870,8 @@ def apply_cv_errors(profiles: ProfileSet, evaluation: Evaluation) -> dict:
     errors of the points it serves; return the per-profile CV tables."""
     tables = profile_cv_errors(evaluation, profiles)
     for key, fit in list(profiles.profiles.items()):
-        fallback = max(fit.in_sample_median_ape, 0.10) * 1.5
+        in_sample = fit.in_sample_median_ape
+        fallback = (max(in_sample, 0.10) if math.isfinite(in_sample) else 0.25) * 1.5
         band, ttft = relative_errors(tables.get(key, {}), fallback)
         calibration = dataclasses.replace(
             fit.calibration, relative_error=band, ttft_relative_error=ttft
@@ -717,7 +905,8 @@ def _interleaved_fold(points: Sequence[FitPoint], folds: int = 5):
 
 def _serves(key: ProfileKey, p: FitPoint) -> bool:
     gpu_ok = key.gpu in (p.gpu_key, generation_key(p.generation))
-    return gpu_ok and key.engine in (ANY, p.engine) and key.precision in (ANY, p.precision)
+    engine_ok = key.engine in (ANY, p.engine) and key.version in (ANY, p.engine_release)
+    return gpu_ok and engine_ok and key.precision in (ANY, p.precision)
 
 
 # ============================================================================ error tables

@@ -85,6 +85,9 @@ _CALIBRATION_FIELDS = {
     "step_overhead_s": ("step_overhead_s", np.float64),
     "allreduce_latency_s": ("allreduce_latency_s", np.float64),
     "link_efficiency": ("link_efficiency", np.float64),
+    "step_overhead_per_layer_s": ("step_overhead_per_layer_s", np.float64),
+    "frontend_latency_s": ("frontend_latency_s", np.float64),
+    "prefill_wave_fraction": ("prefill_wave_fraction", np.float64),
 }
 
 
@@ -218,6 +221,9 @@ class CandidateArrays:
     step_overhead_s: np.ndarray
     allreduce_latency_s: np.ndarray
     link_efficiency: np.ndarray
+    step_overhead_per_layer_s: np.ndarray
+    frontend_latency_s: np.ndarray
+    prefill_wave_fraction: np.ndarray
 
     def __len__(self) -> int:
         return len(self.tp)

@@ -16,6 +16,9 @@ preempted by recompute: its blocks are freed and it returns to the queue front; 
 it prefills ``isl + generated`` tokens again. A prefix-cache hit skips the cached share of the
 prompt (whole blocks of ``shared_prefix_tokens``, pinned once in the pool).
 
+The engine's front end (``Calibration.frontend_latency_s``) delays each request by a fixed
+latency before the scheduler sees it; TTFT and E2E count from the client's send.
+
 Step time is the core's roofline, ``steptime.decode_step(c, n_dec, ctx_mean, pre, p_eq)``, for
 the actual mixed batch: ``n_dec`` decodes at their mean context and ``pre`` prefill tokens.
 A chunk of ``k`` tokens at offset ``o`` attends ``o + k/2`` tokens on average; the core's
@@ -492,6 +495,13 @@ class _Sim:
             self.lengths = None
             self.arrivals = _open_loop_arrivals(w, rng)
         self.next_arrival = None
+        # The engine's front end (HTTP, tokenizer, admission) delays every request by a fixed
+        # latency before the scheduler sees it: a request sent at t enters the queue at
+        # t + frontend, and its TTFT/E2E (from t) include the delay. Closed-loop re-sends wait
+        # in ``pending`` (engine entry time, order, send time, lengths).
+        c = getattr(timer, "c", None)  # a test's stand-in timer has no candidate
+        self.frontend_s = float(c.frontend_latency_s[0]) if c is not None else 0.0
+        self.pending: list[tuple[float, int, float, int, int]] = []
 
     # ------------------------------------------------------------------ arrivals
     def _new_request(self, t: float, isl: int, osl: int) -> None:
@@ -505,10 +515,18 @@ class _Sim:
 
     def _closed_loop_send(self, t: float) -> None:
         nxt = next(self.lengths, None)
-        if nxt is not None:
+        if nxt is None:
+            return
+        if self.frontend_s > 0:
+            heapq.heappush(self.pending, (t + self.frontend_s, self.issued + len(self.pending),
+                                          t, *nxt))  # fmt: skip
+        else:
             self._new_request(t, *nxt)
 
     def _pull_arrivals(self) -> None:
+        while self.pending and self.pending[0][0] <= self.now:
+            _, _, sent, isl, osl = heapq.heappop(self.pending)
+            self._new_request(sent, isl, osl)
         if self.arrivals is None:
             return
         while True:
@@ -517,7 +535,7 @@ class _Sim:
                 if self.next_arrival is None:
                     self.arrivals = None
                     return
-            if self.next_arrival[0] > self.now:
+            if self.next_arrival[0] + self.frontend_s > self.now:
                 return
             self._new_request(*self.next_arrival)
             self.next_arrival = None
@@ -640,13 +658,16 @@ class _Sim:
         while True:
             self._pull_arrivals()
             if not self.running and not self.waiting:
+                if self.pending:
+                    self.now = max(self.now, self.pending[0][0])
+                    continue
                 if self.next_arrival is None and self.arrivals is None:
                     break
                 if self.next_arrival is None:
                     self.next_arrival = next(self.arrivals, None)
                     if self.next_arrival is None:
                         break
-                self.now = max(self.now, self.next_arrival[0])
+                self.now = max(self.now, self.next_arrival[0] + self.frontend_s)
                 continue
             self.step += 1
             s = self.step

@@ -183,14 +183,22 @@ class Calibration:
     ----------
     eta_mem : achieved fraction of HBM bandwidth in decode.
     eta_flop_decode, eta_flop_prefill : achieved fraction of dense peak FLOP/s.
-    step_overhead_s : fixed per-step cost (scheduler, kernel launches, sampling).
+    step_overhead_s : fixed per-step cost (scheduler, sampling, the step's fixed launches).
+    step_overhead_per_layer_s : per-step cost per transformer layer (kernel launches and
+        their gaps grow with the kernels a step runs, i.e. with the layers): a step costs
+        ``step_overhead_s + step_overhead_per_layer_s * num_layers`` on top of the roofline.
+    frontend_latency_s : fixed latency an engine adds to every request's first token
+        (HTTP/tokenizer front-end, scheduler admission); part of TTFT only.
+    prefill_wave_fraction : how coherent closed-loop waves of re-arriving prompts stay
+        (0: spread out, 1: a whole batch's prompts arrive in one wave); scales the wait
+        behind the wave in ``operating.closed_loop``.
     allreduce_latency_s : per all-reduce latency on the scale-up link.
     link_efficiency : achieved fraction of the link's one-way bandwidth.
     relative_error : +- band (fraction) on throughput and TPOT: the profile's cross-validated
         median absolute percentage error (``sizing.calibrate``); 0.25 unfitted.
     ttft_relative_error : the same for TTFT, which the model predicts worst (0.5 unfitted).
 
-    ``name`` labels the profile a prediction used (e.g. "h200_sxm / vllm").
+    ``name`` labels the profile a prediction used (e.g. "h200_sxm / vllm 0.21").
     """
 
     name: str = "physics defaults"
@@ -200,6 +208,9 @@ class Calibration:
     step_overhead_s: float = 0.004
     allreduce_latency_s: float = 8e-6
     link_efficiency: float = 0.70
+    step_overhead_per_layer_s: float = 0.0
+    frontend_latency_s: float = 0.0
+    prefill_wave_fraction: float = 0.0
     relative_error: float = 0.25  # +-band carried through the chain when no fit exists
     ttft_relative_error: float = 0.50
 

@@ -23,7 +23,9 @@ comm_s
 
 Pipeline parallelism: decode keeps PP micro-batches of ``B / PP`` sequences in flight (vLLM's
 virtual engines), so each stage reads its ``1/PP`` of the weights for ``B / PP`` sequences and
-a token crosses all stages: ``step_s = PP * stage_s + (PP - 1) * hop_s + step_overhead_s``.
+a token crosses all stages: ``step_s = PP * stage_s + (PP - 1) * hop_s + overhead_s`` with
+``overhead_s = step_overhead_s + step_overhead_per_layer_s * num_layers`` (host-side cost:
+scheduling and sampling, plus kernel launches and their gaps, which grow with the layers).
 In steady decode there is no bubble. Per token this costs ``W / BW + B * KV / (PP * BW)``:
 each micro-batch re-reads the weights (PP does not shrink the weight term, TP does) while the
 cache is spread over PP GPUs' bandwidth; no all-reduces, one activation hop per boundary.
@@ -239,6 +241,13 @@ def pp_hop_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- engine steps
+def step_overhead_total_s(c: CandidateArrays) -> np.ndarray:
+    """Host cost of one engine step, ``step_overhead_s + step_overhead_per_layer_s * L`` (s):
+    a fixed part (scheduler, sampling) and one that grows with the kernels a step launches,
+    i.e. with the layers (8B: 32 layers, 405B: 126)."""
+    return c.step_overhead_s + c.step_overhead_per_layer_s * c.num_layers
+
+
 @dataclass(frozen=True)
 class StepTime:
     """A full engine step (all PP stages) for one DP rank; ``stage`` holds the per-GPU parts."""
@@ -259,14 +268,16 @@ def decode_step(
     """Decode step of ``batch_per_rank`` sequences at mean ``context_tokens``, optionally
     carrying ``prefill_tokens_per_rank`` chunked-prefill tokens (s).
 
-    ``step_s = PP * stage_s(B / PP, c, P / PP) + (PP - 1) * hop_s + step_overhead_s``.
+    ``step_s = PP * stage_s(B / PP, c, P / PP) + (PP - 1) * hop_s + overhead_s``
+    (``step_overhead_total_s``).
     """
     b = np.asarray(batch_per_rank, dtype=np.float64)
     pre = np.asarray(prefill_tokens_per_rank, dtype=np.float64)
     stage = stage_cost(c, b / c.pp, context_tokens, pre / c.pp, prompt_tokens)
     hop = pp_hop_s(c, (b + pre) / c.pp)
-    step = c.pp * stage.stage_s + (c.pp - 1) * hop + c.step_overhead_s
-    return StepTime(stage=stage, hop_s=hop, overhead_s=c.step_overhead_s, step_s=step)
+    overhead = step_overhead_total_s(c)
+    step = c.pp * stage.stage_s + (c.pp - 1) * hop + overhead
+    return StepTime(stage=stage, hop_s=hop, overhead_s=overhead, step_s=step)
 
 
 @dataclass(frozen=True)
@@ -283,7 +294,7 @@ def prefill_time(c: CandidateArrays, prompt_tokens: np.ndarray) -> PrefillTime:
     """Time to prefill a ``prompt_tokens`` prompt alone, in chunks of the token budget (s).
 
     ``n = ceil(p / min(p, max_num_batched_tokens))``;
-    ``prefill_s = (n + PP - 1) * (stage_s(chunk) + hop_s) + n * step_overhead_s`` where a
+    ``prefill_s = (n + PP - 1) * (stage_s(chunk) + hop_s) + n * overhead_s`` where a
     stage holds ``1/PP`` of the layers and ``stage_s`` is compute-bound for any real chunk.
     """
     p = np.maximum(np.asarray(prompt_tokens, dtype=np.float64), 1.0)
@@ -291,5 +302,5 @@ def prefill_time(c: CandidateArrays, prompt_tokens: np.ndarray) -> PrefillTime:
     n_chunks = np.ceil(p / chunk)
     stage = stage_cost(c, 0.0, 0.0, chunk, p)  # the whole chunk crosses every stage
     hop = pp_hop_s(c, chunk)
-    total = (n_chunks + c.pp - 1) * (stage.stage_s + hop) + n_chunks * c.step_overhead_s
+    total = (n_chunks + c.pp - 1) * (stage.stage_s + hop) + n_chunks * step_overhead_total_s(c)
     return PrefillTime(chunk_tokens=chunk, n_chunks=n_chunks, stage=stage, prefill_s=total)

@@ -71,15 +71,21 @@ def test_calibrate_fits_and_saves_a_profile_with_its_cv_error(catalog, lab_csv):
     # when calibrating
     out = io.StringIO()
     call_command("calibrate", str(lab_csv), stdout=out, stderr=io.StringIO())
-    # then an H100 x vLLM profile is saved with constants, rows, CV error and source
-    profile = UPLOADED().get(gpu__slug="h100_sxm", engine_family="vllm")
+    # then an H100 x vLLM profile is saved with constants, rows, CV error and source, and
+    # named with the engine release the file states ("vLLM 0.11")
+    profile = UPLOADED().get(
+        gpu__slug="h100_sxm", engine_family="vllm", precision="", engine_version=""
+    )
+    assert profile.name == "h100_sxm / vllm 0.11 (newest)"
+    assert UPLOADED().filter(gpu__slug="h100_sxm", engine_version="0.11").exists()
+    assert profile.quality["n_points"] == 18 and "bound_hits" in profile.quality
     assert profile.source == "user upload lab.csv"
     assert profile.n_points == 18 and len(profile.fitted_row_ids) == 18
     assert set(profile.constants) >= {"eta_mem", "step_overhead_s"}
     assert 0 < profile.relative_error < 1
     assert profile.cv_error["tpot_ms"]["n"] > 0
     assert profile.fitted_sources == ["our lab"]
-    assert "h100_sxm / vllm" in out.getvalue()
+    assert "h100_sxm / vllm 0.11" in out.getvalue()
 
 
 def test_calibrate_dry_run_saves_nothing(catalog, lab_csv):
@@ -118,11 +124,10 @@ def test_bad_rows_are_refused_naming_line_and_field_and_nothing_is_saved(
 
 
 def test_too_few_points_for_the_constants_is_refused_with_the_reason(catalog, tmp_path):
-    # given TTFT and TPOT at one condition: 2 points for 3 constants (prefill and memory
-    # efficiency, step overhead)
+    # given TTFT and TPOT at one condition: 2 points (the priors would be all a profile says)
     path = measured_csv(tmp_path / "thin.csv", points=POINTS[:1], metrics=METRICS[1:])
     # when calibrating, then the fit is refused with that reason and nothing is saved
-    with pytest.raises(CommandError, match="a fit needs at least as many points as constants"):
+    with pytest.raises(CommandError, match="a fit needs at least 3 measured points"):
         call_command("calibrate", str(path), stdout=io.StringIO(), stderr=io.StringIO())
     assert not UPLOADED().exists()
 
@@ -132,9 +137,15 @@ def test_calibration_for_walks_the_fallback_chain(catalog, lab_csv):
     call_command("calibrate", str(lab_csv), stdout=io.StringIO(), stderr=io.StringIO())
     # when selecting for several deployments, then each says which profile it used
     cal, label = calibration.calibration_for("h100_sxm", "vllm", "fp8")
-    assert label == "h100_sxm / vllm" and cal.name == "h100_sxm / vllm"
-    assert calibration.calibration_for("h100_sxm", "sglang")[1] == "h100_sxm / vllm (other engine)"
-    assert calibration.calibration_for("h200_sxm", "vllm")[1].startswith("gen:hopper")
+    assert label == cal.name == "h100_sxm / vllm 0.11 (newest) / fp8"
+    assert calibration.calibration_for("h100_sxm", "vllm", "", engine_version="0.11")[1] == (
+        "h100_sxm / vllm 0.11"
+    )
+    assert calibration.calibration_for("h100_sxm", "sglang")[1] == (
+        "h100_sxm / vllm 0.11 (newest) (other engine)"
+    )
+    # H200 has no profile of its own: its generation's (same silicon), not physics
+    assert calibration.calibration_for("h200_sxm", "vllm")[1] == "hopper / vllm 0.11 (newest)"
     physics, label = calibration.calibration_for("mi300x", "sglang")
     assert label == "physics defaults" and physics.relative_error == 0.25
 
@@ -155,7 +166,7 @@ def test_validate_json_reports_errors_per_metric_group_and_worst_rows(catalog, l
         "tpot_ms",
     }
     assert len(summary["worst"]) == 10
-    assert summary["profiles_used"] == ["h100_sxm / vllm"]
+    assert summary["profiles_used"] == ["h100_sxm / vllm 0.11 / fp8"]
 
 
 def test_validate_prints_a_table(catalog, lab_csv):
@@ -173,6 +184,9 @@ def test_shipped_profiles_load_idempotently(catalog):
     assert first == second == CalibrationProfile.objects.filter(source="shipped fit").count()
     assert first > 5
     assert not CalibrationProfile.objects.filter(relative_error__lte=0).exists()
+    # every band is a finite number (a profile no held-out point reached gets the fallback)
+    bands = CalibrationProfile.objects.values_list("relative_error", "ttft_relative_error")
+    assert all(0 < band < 10 for pair in bands for band in pair)
 
 
 def test_predict_uses_the_stored_profile(catalog, lab_csv, tmp_path):
@@ -189,9 +203,52 @@ def test_predict_uses_the_stored_profile(catalog, lab_csv, tmp_path):
     CalibrationProfile.objects.all().delete()
     physics = tmp_path / "phys.csv"
     call_command("predict", str(source), "-o", str(physics), stderr=io.StringIO())
-    # then the stored profile changed the prediction
-    tpot = [next(csv.DictReader(p.open()))["tpot_ms"] for p in (calibrated, physics)]
-    assert tpot[0] != tpot[1]
+    # then the stored profile changed the prediction, and each output names its profile
+    first = [next(csv.DictReader(p.open())) for p in (calibrated, physics)]
+    assert first[0]["tpot_ms"] != first[1]["tpot_ms"]
+    assert first[0]["profile"] == "h100_sxm / vllm 0.11 (newest) / fp8"
+    assert first[1]["profile"] == "physics defaults"
+
+
+def test_predict_uses_precision_and_release_specific_profiles(catalog, tmp_path):
+    # given shipped-style profiles for hopper x vLLM: any precision, fp8, and release 0.18
+    from fleets.calibration import save_profiles
+
+    CalibrationProfile.objects.all().delete()
+    base = dict(gpu_slug=None, generation="hopper", engine_family="vllm", free_constants=[],
+                relative_error=0.2, n_points=10)  # fmt: skip
+    save_profiles(
+        [
+            {**base, "name": "hopper / vllm", "precision": "", "constants": {"eta_mem": 0.5}},
+            {
+                **base,
+                "name": "hopper / vllm / fp8",
+                "precision": "fp8",
+                "constants": {"eta_mem": 0.7},
+            },
+            {
+                **base,
+                "name": "hopper / vllm 0.18",
+                "precision": "",
+                "engine_version": "0.18",
+                "constants": {"eta_mem": 0.6},
+            },
+        ],  # fmt: skip
+        "shipped fit",
+    )
+    source = tmp_path / "in.csv"
+    source.write_text(
+        "model,gpu,num_gpus,tp,pp,ep,weight_precision,kv_precision,isl,osl,concurrency,engine\n"
+        "Llama-3.1-8B,H200,1,1,1,1,fp8,fp8,1024,128,16,vllm\n"
+        "Llama-3.1-8B,H200,1,1,1,1,bf16,bf16,1024,128,16,vllm\n"
+        "Llama-3.1-8B,H200,1,1,1,1,bf16,bf16,1024,128,16,vLLM v0.18.1\n"
+    )
+    out = tmp_path / "out.csv"
+    # when predicting
+    call_command("predict", str(source), "-o", str(out), stderr=io.StringIO())
+    # then each row used the most specific profile: precision, release, or the family's
+    profiles = [row["profile"] for row in csv.DictReader(out.open())]
+    assert profiles == ["hopper / vllm / fp8", "hopper / vllm", "hopper / vllm 0.18"]
 
 
 # ---------------------------------------------------------------- admin upload
@@ -222,7 +279,8 @@ def test_admin_upload_of_a_csv_fits_a_profile_owned_by_the_user(catalog, staff_c
     client, user = staff_client
     response = _upload(client, "lab.csv", lab_csv.read_bytes())
     assert response.status_code == 200
-    profile = UPLOADED().get(gpu__slug="h100_sxm", engine_family="vllm")
+    profile = UPLOADED().get(gpu__slug="h100_sxm", engine_family="vllm", precision="",
+                             engine_version="")  # fmt: skip
     assert profile.owner == user and profile.source == "user upload lab.csv"
 
 
@@ -234,12 +292,12 @@ def test_admin_upload_refuses_bad_rows_and_thin_json_saving_nothing(
     bad = measured_csv(tmp_path / "bad.csv", metric="joules")
     response = _upload(client, "bad.csv", bad.read_bytes())
     assert "line 2, field &#x27;metric&#x27;" in response.content.decode()
-    # a single vLLM result (one condition) has fewer points than constants
+    # a single vLLM result is one condition: it cannot tell the terms apart
     content = (DATA / "vllm_bench_serve_llama8b_h100_c16.json").read_bytes()
     response = _upload(
         client, "run.json", content, num_gpus=1, tp=1, weight_precision="fp8", isl=1024, osl=128
     )
-    assert "fewer" in response.content.decode() or "at least as many" in (response.content.decode())
+    assert "one condition cannot tell the terms apart" in response.content.decode()
     # a JSON upload without its conditions is refused naming the field
     response = _upload(client, "run.json", content)
     assert "num_gpus" in response.content.decode()

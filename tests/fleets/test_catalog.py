@@ -91,7 +91,9 @@ def test_l40s_has_no_nvlink_and_h100_numbers(catalog):
     l40s = GpuSku.objects.get(slug="l40s")
     assert l40s.scale_up_link == "pcie"
     h100 = GpuSku.objects.get(slug="h100_sxm")
-    assert (h100.memory_gb, h100.hbm_bandwidth_tb_s, h100.bf16_tflops) == (80, 3.35, 989.5)
+    # 81,559 MiB as NVML reports it (the "80 GB" is 80 GiB less reserved memory), exact
+    assert h100.memory_gb * 1e9 == pytest.approx(81_559 * 2**20, abs=1)
+    assert (h100.hbm_bandwidth_tb_s, h100.bf16_tflops) == (3.35, 989.5)
 
 
 def _gpu_row(**overrides):

@@ -410,9 +410,10 @@ def test_every_shipped_model_resolves_or_is_listed():
 
 
 def test_name_normalisation_is_the_planners():
-    from fleets import selectors as fleet_selectors
+    from fleets import names, selectors
 
-    assert m.normalize_name is fleet_selectors.normalize_name  # one implementation, fleets.names
+    assert m.normalize_name is names.normalize_name  # one implementation, fleets.names
+    assert selectors.normalize_name is names.normalize_name
     assert m.normalize_name("meta-llama/Meta-Llama-3.1-70B-Instruct") == "llama-3.1-70b"
 
 

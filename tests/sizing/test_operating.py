@@ -6,8 +6,8 @@ from specs_catalog import H100, LLAMA_8B, LLAMA_70B
 
 from sizing.candidates import CandidateArrays
 from sizing.memory import fit_memory
-from sizing.operating import closed_loop, slo_operating_point
-from sizing.specs import EngineSettings
+from sizing.operating import batch_limit, closed_loop, kv_sequences_live, slo_operating_point
+from sizing.specs import Calibration, EngineSettings
 
 
 def _cand(n=1, **kw):
@@ -15,16 +15,33 @@ def _cand(n=1, **kw):
     return c.take(np.zeros(n, dtype=int))
 
 
-def test_max_throughput_uses_the_largest_batch_that_fits():
-    # 70B fp8 TP8: KV admits 1,414 sequences of 2,048 tokens, max_num_seqs caps at 1,024
-    c = _cand()
+def test_kv_capacity_holds_sequences_at_their_live_context():
+    # given 70B fp8 TP8, whose KV budget holds 1,414 sequences of 2,048 tokens
+    c = _cand(engine=EngineSettings(max_num_seqs=4096))
     fit = fit_memory(c, 2048)
-    op = closed_loop(c, fit, 1024, 1024, np.nan)
+    # when the batch limit is sized at the live context, 1024 + 1024 / 2 = 1,536 tokens
+    live = kv_sequences_live(c, fit, 1024, 1024)
+    # then it holds floor(budget / (1,536 x per-token bytes)) = 1,885 (not 1,414)
+    per_token = fit.kv_bytes_per_token_per_gpu[0]
     assert fit.max_concurrency[0] == 1414
+    assert live[0] == np.floor(fit.kv_budget_bytes_per_gpu[0] / (1536 * per_token)) == 1885
+    assert batch_limit(c, fit, 1024, 1024)[0] == 1885
+    assert batch_limit(c, fit)[0] == 1414  # without lengths: the context fit_memory used
+
+
+def test_max_throughput_is_the_throughput_maximum_over_batch():
+    # given short prompts the largest admitted batch is also the fastest (max_num_seqs 1,024)
+    c = _cand()
+    op = closed_loop(c, fit_memory(c, 2048), 1024, 1024, np.nan)
     assert op.batch[0] == 1024
-    c2 = _cand(engine=EngineSettings(max_num_seqs=4096))
-    op2 = closed_loop(c2, fit_memory(c2, 2048), 1024, 1024, np.nan)
-    assert op2.batch[0] == 1414
+    # given 2k prompts with re-arrival waves, every batch up to the limit is scanned: the
+    # chosen batch beats all of them
+    c2 = _cand(300, calibration=Calibration(prefill_wave_fraction=1.0))
+    fit2 = fit_memory(c2, 2200)
+    one = c2.take(np.array([0]))
+    best = closed_loop(one, fit_memory(one, 2200), 2000, 200, np.nan)
+    scan = closed_loop(c2, fit2, 2000, 200, np.linspace(1, best.batch_max[0], 300))
+    assert best.requests_per_s[0] >= scan.requests_per_s.max() * (1 - 1e-9)
 
 
 def test_steady_state_prefill_share_and_mixed_steps():
@@ -81,7 +98,7 @@ def test_slo_point_binding_memory_throughput_and_unmeetable():
     sp = slo_operating_point(c, fit, 32_000, 1000, np.array([10.0, 10.0, 0.001]), 1e6)
     # loose SLOs: the KV budget (70B, long context) or max_num_seqs (8B short) bounds the batch
     assert sp.binding[0] == "memory"
-    assert sp.point.batch[0] == fit.max_concurrency[0]
+    assert sp.point.batch[0] == kv_sequences_live(c, fit, 32_000, 1000)[0] == 89  # at 32,500
     c2 = CandidateArrays.build(LLAMA_8B, H100, "fp8")
     sp2 = slo_operating_point(c2, fit_memory(c2, 600), 500, 100, 10.0, 1e6)
     assert sp2.binding[0] == "throughput"

@@ -1,17 +1,23 @@
 """Monotonicity properties of the chain (hypothesis)."""
 
+import csv
+import json
+import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from specs_catalog import B200, DEEPSEEK_V3, GPT_OSS_120B, H100, H200, L40S, LLAMA_8B, LLAMA_70B
 
+from sizing import calibrate as cal
 from sizing import cost, headroom
 from sizing.candidates import CandidateArrays
 from sizing.chain import Candidate, plan
 from sizing.memory import fit_memory, weights_bytes_per_gpu
-from sizing.specs import Parallelism, Policy, Slo, Traffic
+from sizing.operating import closed_loop
+from sizing.specs import Calibration, GpuSpec, Parallelism, Policy, Slo, Traffic
 from sizing.steptime import decode_step
 
 MODELS = [LLAMA_8B, LLAMA_70B, DEEPSEEK_V3, GPT_OSS_120B]
@@ -148,3 +154,151 @@ def test_fp8_weights_never_use_more_memory_than_bf16(model, tp, pp, total, embed
     assert w[1] <= w[0]
     assert w[2] <= w[1]
     assert w[3] <= w[1]
+
+
+# ---------------------------------------------------------------- monotonic physics (catalog)
+CATALOG_GPUS = Path(__file__).resolve().parents[2] / "fleets" / "catalog" / "gpus.csv"
+PEAK_COLUMNS = {
+    "bf16": "bf16_tflops",
+    "fp8": "fp8_tflops",
+    "fp4": "fp4_tflops",
+    "int8": "int8_tops",
+}
+
+
+def catalog_gpus() -> dict[str, GpuSpec]:
+    """Every shipped GPU, as ``fleets.selectors.gpu_spec`` builds it (blank peaks left out)."""
+    out = {}
+    with CATALOG_GPUS.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            peaks = {k: float(row[c]) for k, c in PEAK_COLUMNS.items() if row[c].strip()}
+            out[row["slug"]] = GpuSpec(
+                name=row["name"], memory_gb=float(row["memory_gb"]),
+                hbm_bandwidth_tb_s=float(row["hbm_bandwidth_tb_s"]), dense_tflops=peaks,
+                scale_up_link=row["scale_up_link"], scale_up_bw_gb_s=float(row["scale_up_bw_gb_s"]),
+                gpus_per_node=int(row["gpus_per_node"]),
+                scale_up_domain_gpus=int(row["scale_up_domain_gpus"]),
+            )  # fmt: skip
+    return out
+
+
+def dominates(a: GpuSpec, b: GpuSpec, precision: str) -> bool:
+    """``a`` is at least as good as ``b`` on HBM bytes, bandwidth, the precision's FLOP/s
+    (the peak the engine computes in), link bandwidth and scale-up domain."""
+    peak_a = CandidateArrays.build(LLAMA_8B, a, precision).peak_flops[0]
+    peak_b = CandidateArrays.build(LLAMA_8B, b, precision).peak_flops[0]
+    return (
+        a.memory_gb >= b.memory_gb
+        and a.hbm_bandwidth_tb_s >= b.hbm_bandwidth_tb_s
+        and peak_a >= peak_b > 0
+        and a.scale_up_bw_gb_s >= b.scale_up_bw_gb_s
+        and a.scale_up_domain_gpus >= b.scale_up_domain_gpus
+    )
+
+
+GPUS_ALL = catalog_gpus()
+NAMED_PAIRS = [("h200_sxm", "h100_sxm"), ("b300", "b200"), ("gb200", "b200"), ("mi325x", "mi300x")]
+
+
+def test_the_named_pairs_dominate_on_the_datasheet():
+    # the issue's pairs are dominance pairs of the catalog (so the property below covers them)
+    for better, worse in NAMED_PAIRS:
+        assert dominates(GPUS_ALL[better], GPUS_ALL[worse], "fp8"), (better, worse)
+        assert GPUS_ALL[better].memory_gb > GPUS_ALL[worse].memory_gb
+
+
+def dominance_pairs(precision: str) -> list[tuple[str, str]]:
+    return [
+        (a, b)
+        for a in GPUS_ALL
+        for b in GPUS_ALL
+        if a != b and dominates(GPUS_ALL[a], GPUS_ALL[b], precision)
+    ]
+
+
+def _point(gpu, model, precision, tp, isl, osl, conc, calibration):
+    c = CandidateArrays.build(model, gpu, precision, tp=tp, calibration=calibration)
+    fit = fit_memory(c, isl + osl)
+    return fit, closed_loop(c, fit, isl, osl, conc)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    model=st.sampled_from([LLAMA_8B, LLAMA_70B, DEEPSEEK_V3]),
+    precision=st.sampled_from(["bf16", "fp8", "fp4"]),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    isl=st.sampled_from([128, 1024, 8192]),
+    osl=st.sampled_from([128, 1024]),
+    conc=st.sampled_from([1.0, 16.0, 256.0, np.nan]),
+    calibration=st.sampled_from([cal.PHYSICS, Calibration()]),
+)
+def test_a_dominating_gpu_is_never_slower_and_never_holds_fewer_sequences(
+    model, precision, tp, isl, osl, conc, calibration
+):
+    # given every catalog pair where one GPU is at least as good on every datasheet number
+    for better, worse in dominance_pairs(precision):
+        fit_b, op_b = _point(GPUS_ALL[better], model, precision, tp, isl, osl, conc, calibration)
+        fit_w, op_w = _point(GPUS_ALL[worse], model, precision, tp, isl, osl, conc, calibration)
+        # then it fits whenever the other does, holds at least as many sequences, and is
+        # never slower (same constants: the same generation's profile, or physics)
+        if not fit_w.fits[0]:
+            continue
+        pair = (better, worse, model.name, precision, tp, isl, osl, conc)
+        assert fit_b.fits[0], pair
+        assert op_b.batch_max[0] >= op_w.batch_max[0], pair
+        # (the max-throughput batch is found by a scan refined to ~4 % in B: 0.1 % in rate)
+        slack = 1e-3 if np.isnan(conc) else 1e-9
+        assert op_b.output_tokens_per_s[0] >= op_w.output_tokens_per_s[0] * (1 - slack), pair
+        if np.isnan(conc):
+            continue  # max throughput: a bigger batch is allowed to be slower per request
+        # the same clients finish sooner end to end (residence = C / X in closed loop); with
+        # the same batch running, every token is as fast (a GPU that admits more clients
+        # may run them at a larger batch instead of queueing them: TPOT may then be higher)
+        assert op_b.residence_s[0] <= op_w.residence_s[0] * (1 + 1e-9), pair
+        if op_b.batch[0] == op_w.batch[0]:
+            assert op_b.tpot_s[0] <= op_w.tpot_s[0] * (1 + 1e-9), pair
+            assert op_b.ttft_s[0] <= op_w.ttft_s[0] * (1 + 1e-9), pair
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    model=st.sampled_from([LLAMA_8B, LLAMA_70B, DEEPSEEK_V3]),
+    rps=st.sampled_from([1.0, 100.0, 10_000.0]),
+    tp=st.sampled_from([1, 4, 8]),
+)
+def test_a_dominating_gpu_never_needs_more_gpus(model, rps, tp):
+    # given a traffic and SLO, each named pair under the same (physics) constants
+    traffic = Traffic(peak_rps=rps, mean_rps=rps / 2, prompt_tokens_mean=2000,
+                      output_tokens_mean=300)  # fmt: skip
+    slo = Slo(ttft_ms=2000, tpot_ms=60)
+
+    def gpus_needed(slug):
+        row = plan(traffic, slo, Policy(), [Candidate(model, GPUS_ALL[slug], "fp8",
+                                                      Parallelism(tp=tp))]).rows[0]  # fmt: skip
+        return row.replicas * row.gpus_per_replica if row.fits else math.inf
+
+    # then the better GPU never needs more GPUs
+    for better, worse in NAMED_PAIRS:
+        assert gpus_needed(better) <= gpus_needed(worse), (better, worse, model.name, rps, tp)
+
+
+def test_shipped_profiles_give_the_gpus_of_one_generation_the_same_constants():
+    # given the shipped profiles fixture, selected through the one walk
+    records = json.loads((CATALOG_GPUS.parent / "calibration_profiles.json").read_text())
+    table = {
+        cal.ProfileKey(
+            r["gpu_slug"] or f"gen:{r['generation']}", r["engine_family"] or cal.ANY,
+            r["precision"] or cal.ANY, r.get("engine_version") or cal.ANY,
+        ): Calibration(name=r["name"], **r["constants"])
+        for r in records
+    }  # fmt: skip
+    generation = {"h100_sxm": "hopper", "h200_sxm": "hopper", "b200": "blackwell",
+                  "b300": "blackwell", "gb200": "blackwell", "mi300x": "cdna3",
+                  "mi325x": "cdna3"}  # fmt: skip
+    # then each named pair reads one profile per engine x precision (so physics orders them)
+    for better, worse in NAMED_PAIRS:
+        for engine in ("vllm", "sglang", "trtllm"):
+            for precision in ("bf16", "fp8", "fp4"):
+                a = cal.select_profile(table, better, engine, precision, generation[better])
+                b = cal.select_profile(table, worse, engine, precision, generation[worse])
+                assert a == b, (better, worse, engine, precision)

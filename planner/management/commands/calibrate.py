@@ -70,7 +70,9 @@ class Command(BaseCommand):
             points = [p for p in points if p.engine in engine]
         if not points:
             raise CommandError(f"no usable rows in {data or 'the shipped data'}")
-        profiles, _, tables = calibrate_with_cv(points)
+        # the shipped fit is per generation; a user's file calibrates their own GPUs too
+        level = "generation" if source == SHIPPED else "both"
+        profiles, _, tables = calibrate_with_cv(points, level=level)
         if not profiles.profiles:
             reasons = "; ".join(profiles.refused.values())
             raise CommandError(f"no profile could be fitted: {reasons}")

@@ -22,21 +22,37 @@ def catalog_resolver() -> Resolver:
     )
 
 
-def calibration_for():
-    """``(GpuSpec, engine) -> Calibration`` from the stored profiles (fallback chain in
-    ``fleets.calibration``); the chosen profile's name is ``Calibration.name``."""
+def profile_for():
+    """``ParsedRow -> (Calibration, profile label)`` from the stored profiles, through the
+    one walk ``fleets.calibration`` uses for every door: GPU x engine (x weight precision
+    x release), generation, other engine, physics defaults."""
     from fleets.calibration import profile_selector
 
     select = profile_selector()
     slug_of = dict(GpuSku.objects.values_list("name", "slug"))
-    return lambda gpu, engine: select(slug_of.get(gpu.name, ""), engine, "")[0]
+    return lambda row: select(
+        slug_of.get(row.gpu.name, ""), row.engine, row.weight_precision, row.engine_version
+    )
+
+
+def calibration_for():
+    """``(GpuSpec, engine, precision="", engine_version="") -> Calibration`` by the same walk
+    (for callers that hold specs, not parsed rows)."""
+    from fleets.calibration import profile_selector
+
+    select = profile_selector()
+    slug_of = dict(GpuSku.objects.values_list("name", "slug"))
+    return lambda gpu, engine, precision="", engine_version="": select(
+        slug_of.get(gpu.name, ""), engine, precision, engine_version
+    )[0]
 
 
 class Command(BaseCommand):
     help = (
         "Predict fit, throughput (output tok/s) and median TTFT/TPOT for each row of a CSV "
         "(model, gpu, num_gpus, tp, pp, ep, weight_precision, kv_precision, isl, osl, "
-        "concurrency[, engine]). Bad rows get fits=false and a reason."
+        "concurrency[, engine[, engine_version]]). Bad rows get fits=false and a reason; "
+        "the profile column names the calibration profile each row used."
     )
 
     def add_arguments(self, parser):
@@ -68,7 +84,7 @@ class Command(BaseCommand):
                 raise CommandError(f"cannot write {output}: {exc.strerror}") from exc
             try:
                 counts = predict_csv(
-                    source, sink, catalog_resolver(), calibration_for(), simulate=simulate
+                    source, sink, catalog_resolver(), profile_for(), simulate=simulate
                 )
             except (ValueError, UnicodeDecodeError) as exc:
                 raise CommandError(f"{input}: {exc}") from exc

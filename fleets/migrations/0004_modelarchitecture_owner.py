@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleets', '0002_calibrationprofile'),
+        ('fleets', '0003_calibration_engine_version_quality'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
