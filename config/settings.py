@@ -185,8 +185,14 @@ if CACHE_URL:
     }
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# Sign-in throttling per (address, username): this many failures free, then a delay of
+# LOGIN_DELAY_SECONDS doubling per failure up to LOGIN_LOCKOUT_SECONDS; one address may fail
+# LOGIN_FAILURES_PER_ADDRESS times (over all usernames) per window (planner.auth_views).
 LOGIN_FAILURES_ALLOWED = int(os.environ.get("LOGIN_FAILURES_ALLOWED", "5"))
+LOGIN_DELAY_SECONDS = int(os.environ.get("LOGIN_DELAY_SECONDS", "30"))
 LOGIN_LOCKOUT_SECONDS = int(os.environ.get("LOGIN_LOCKOUT_SECONDS", "900"))
+LOGIN_FAILURES_PER_ADDRESS = int(os.environ.get("LOGIN_FAILURES_PER_ADDRESS", "100"))
+API_TOKEN_REGENERATIONS_PER_HOUR = int(os.environ.get("API_TOKEN_REGENERATIONS_PER_HOUR", "10"))
 
 if not DEBUG:
     SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", True)

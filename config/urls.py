@@ -3,6 +3,8 @@ from django.http import JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from planner.auth_views import throttled_sign_in
+
 
 def healthz(request):
     """Liveness for compose healthchecks: the process answers and the database is reachable."""
@@ -14,6 +16,12 @@ def healthz(request):
 
 
 urlpatterns = [
+    # the admin's sign-in counts failures like /accounts/login/ (matched before admin.site.urls)
+    path(
+        "admin/login/",
+        throttled_sign_in(admin.site.login, "registration/login.html"),
+        name="admin-login-throttled",
+    ),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
     path("api/v1/", include("planner.api.urls")),

@@ -22,6 +22,7 @@ from rest_framework.authtoken.models import Token
 
 from fleets.models import GpuSku, ModelArchitecture
 from planner import charts, exports, selectors, services
+from planner.auth_views import rate_limited
 from planner.dates import parse_moment
 from planner.forms import (
     ScenarioForm,
@@ -48,6 +49,7 @@ def home(request):
 
 
 @login_required
+@rate_limited("api-token", "API_TOKEN_REGENERATIONS_PER_HOUR")
 def api_token(request):
     """Show the user's REST API token; POST regenerates it (the old one stops working)."""
     token = Token.objects.filter(user=request.user).first()
