@@ -171,20 +171,18 @@ LOGGING = {
 }
 
 # Caching (API throttles, sign-in throttling): shared through Redis when there is one, so
-# every gunicorn worker counts the same attempts; per-process memory otherwise.
+# every gunicorn worker counts the same attempts; per-process memory otherwise, and while that
+# Redis is down (config.cache: the site keeps answering through a Redis outage).
 CACHE_URL = os.environ.get("CACHE_URL") or (
     CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else ""
 )
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 if CACHE_URL:
-    CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": CACHE_URL,
-            "KEY_PREFIX": "headroom",
-        }
+    CACHES["default"] = {
+        "BACKEND": "config.cache.ResilientRedisCache",
+        "LOCATION": CACHE_URL,
+        "KEY_PREFIX": "headroom",
     }
-else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 # Sign-in throttling per (address, username): this many failures free, then a delay of
 # LOGIN_DELAY_SECONDS doubling per failure up to LOGIN_LOCKOUT_SECONDS; one address may fail
 # LOGIN_FAILURES_PER_ADDRESS times (over all usernames) per window (planner.auth_views).
