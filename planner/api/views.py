@@ -82,7 +82,7 @@ class ScenarioViewSet(viewsets.ModelViewSet):
         if owner := params.get("owner"):
             queryset = queryset.filter(owner__username=owner)
         if tag := params.get("tag"):
-            queryset = queryset.filter(tags__contains=[tag])
+            queryset = selectors.with_tag(queryset, tag)
         if search := params.get("search"):
             queryset = queryset.filter(name__icontains=search)
         if run_status := params.get("status"):
