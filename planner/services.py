@@ -72,6 +72,9 @@ SCALAR_FIELDS = [
     "warm_pool_replicas",
 ]
 MAX_CANDIDATES = 20_000
+#: requests/s the fleet is sized for, peak x burst / utilization; far above any real fleet, and
+#: low enough that every replica and GPU count fits its (bigint) column.
+MAX_PROVISIONED_RPS = 1e8
 
 
 class Errors:
@@ -124,12 +127,28 @@ def _check_lengths(errors: Errors, data: dict) -> None:
     peak, mean = data.get("peak_rps"), data.get("mean_rps")
     if isinstance(peak, int | float) and isinstance(mean, int | float) and mean > peak:
         errors.add("mean_rps", f"mean rate ({mean:g}/s) cannot exceed the peak ({peak:g}/s)")
+    _check_provisioned_rate(errors, data)
     hourly = data.get("hourly_rps") or []
     if hourly:
         if not isinstance(hourly, list) or len(hourly) != 24:
             errors.add("hourly_rps", "give 24 hourly values (requests/s), or none")
         elif any(isinstance(v, bool) or not isinstance(v, int | float) or v < 0 for v in hourly):
             errors.add("hourly_rps", "each hourly value must be a number >= 0")
+
+
+def _check_provisioned_rate(errors: Errors, data: dict) -> None:
+    rates = [data.get(f) for f in ("peak_rps", "burst_factor", "target_utilization")]
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in rates):
+        return  # each is checked on its own
+    peak, burst, utilization = rates
+    provisioned = peak * burst / utilization
+    if provisioned > MAX_PROVISIONED_RPS:
+        message = (
+            f"peak_rps x burst_factor / target_utilization = {provisioned:.3g} requests/s "
+            f"exceeds the limit of {MAX_PROVISIONED_RPS:.0e}"
+        )
+        for field in ("peak_rps", "burst_factor", "target_utilization"):
+            errors.add(field, message)
 
 
 def _check_tp_divides_heads(errors: Errors, tp_options: list[int], model_ids: list[int]) -> None:

@@ -95,8 +95,13 @@ def size_batch(run_id: int, batch_index: int) -> int:
         time.sleep(settings.SIZING_BATCH_DELAY_S)
     try:
         values = runner.size_candidates(run.inputs, indices)
+        _save_batch(run_id, batch_index, values)
     except TRANSIENT_DB_ERRORS:
         raise
+    except DatabaseError as exc:  # not transient (a value outside its column): retrying won't help
+        log.exception("saving failed for run %s batch %s", run_id, batch_index)
+        _fail(run_id, f"batch {batch_index}'s results could not be saved: {_first_line(exc)}")
+        return 0
     except Exception as exc:  # a calculation bug: fail the run readably, never hang or retry
         log.exception("sizing failed for run %s batch %s", run_id, batch_index)
         _fail(
@@ -104,8 +109,11 @@ def size_batch(run_id: int, batch_index: int) -> int:
             f"calculation error in batch {batch_index}: {exc!r}\n{traceback.format_exc(limit=3)}",
         )
         return 0
-    _save_batch(run_id, batch_index, values)
     return len(values)
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _save_batch(run_id: int, batch_index: int, values: list[dict]) -> None:
