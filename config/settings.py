@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -133,7 +134,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "planner.api.errors.exception_handler",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "planner.api.pagination.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_THROTTLE_CLASSES": [
         "rest_framework.throttling.UserRateThrottle",
@@ -206,6 +207,8 @@ if not DEBUG:
 # Sizing runs: candidates per Celery task, and when a silent run counts as stuck.
 SIZING_BATCH_SIZE = int(os.environ.get("SIZING_BATCH_SIZE", "64"))
 RUN_STALE_SECONDS = int(os.environ.get("RUN_STALE_SECONDS", "120"))
+# Backpressure: runs one user may have queued or running at once (more: 429, Retry-After).
+RUNS_ACTIVE_PER_USER = int(os.environ.get("RUNS_ACTIVE_PER_USER", "5"))
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) and not CELERY_RESULT_BACKEND:
     # Only chord bookkeeping lives here (counts per batch); results are PostgreSQL rows.
     CELERY_RESULT_BACKEND = CELERY_BROKER_URL
@@ -219,10 +222,19 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_throttle": int(os.environ.get("CELERY_UNACKED_RESTORE_THROTTLE", "3")),
 }
 CELERY_BROKER_CONNECTION_TIMEOUT = 3
-CELERY_BEAT_SCHEDULE = {
-    "requeue-stuck-runs": {"task": "planner.tasks.requeue_stuck_runs", "schedule": 60.0},
-}
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "headroom")
+# Beat's sweep has a queue of its own, so it never waits behind (or adds to) a backlog of
+# sizing work; a worker started without -Q consumes both queues. A sweep not taken within
+# its minute expires: the next one replaces it.
+CELERY_SWEEP_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}-sweep"
+CELERY_TASK_QUEUES = [Queue(CELERY_TASK_DEFAULT_QUEUE), Queue(CELERY_SWEEP_QUEUE)]
+CELERY_BEAT_SCHEDULE = {
+    "requeue-stuck-runs": {
+        "task": "planner.tasks.requeue_stuck_runs",
+        "schedule": 60.0,
+        "options": {"queue": CELERY_SWEEP_QUEUE, "expires": 55},
+    },
+}
 # Simulate the leading candidates per GPU for p50/p95/p99 and size their replicas on the
 # simulated SLO percentile (slower runs; the mean-value chain alone when off).
 SIZING_SIMULATE_TAILS = env_bool("SIZING_SIMULATE_TAILS", True)

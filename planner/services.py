@@ -12,6 +12,7 @@ import secrets
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -395,8 +396,37 @@ class WorkersUnavailable(RuntimeError):
     """The broker could not take the job; the run is saved and will be enqueued later."""
 
 
+class RunQuotaExceeded(ValidationError):
+    """The owner already has RUNS_ACTIVE_PER_USER runs queued or running (the API's 429)."""
+
+    retry_after_s = 30
+
+
+def _check_run_quota(scenario: Scenario) -> None:
+    """Backpressure: each user may have only so many runs waiting for the workers. The owner's
+    row is locked first, so two concurrent starts cannot both take the last place."""
+    if scenario.owner_id is None:
+        return
+    get_user_model().objects.select_for_update().filter(pk=scenario.owner_id).exists()
+    limit = settings.RUNS_ACTIVE_PER_USER
+    active = SizingRun.objects.filter(
+        scenario__owner_id=scenario.owner_id,
+        status__in=[SizingRun.Status.QUEUED, SizingRun.Status.RUNNING],
+    ).count()
+    if active >= limit:
+        raise RunQuotaExceeded(
+            {
+                "runs": [
+                    f"{active} of your runs are queued or running, the limit is {limit}; "
+                    "start this one when one of them has finished"
+                ]
+            }
+        )
+
+
 @transaction.atomic
 def _create_run(scenario: Scenario) -> SizingRun:
+    _check_run_quota(scenario)
     sheet = scenario.price_sheet or latest_price_sheet()
     inputs = build_inputs_snapshot(scenario, sheet)
     count = len(inputs["candidates"])

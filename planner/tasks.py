@@ -23,7 +23,7 @@ from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from planner import runner, tails
+from planner import broker, runner, tails
 from planner.models import CandidateResult, SizingRun
 
 log = logging.getLogger(__name__)
@@ -300,14 +300,23 @@ def summarize(run: SizingRun, results: list, views: list[dict], best_per_gpu: di
 
 @shared_task(**TASK_OPTIONS)
 def requeue_stuck_runs() -> int:
-    """Beat: re-enqueue runs queued or running with no heartbeat for STALE_AFTER."""
+    """Beat (on its own queue): re-enqueue runs queued or running with no heartbeat for
+    STALE_AFTER whose messages the broker no longer holds (planner.broker); a run waiting
+    behind a backlog keeps its one message instead of getting a second."""
     cutoff = timezone.now() - STALE_AFTER
     stuck = SizingRun.objects.filter(
         status__in=[SizingRun.Status.QUEUED, SizingRun.Status.RUNNING],
         heartbeat_at__lt=cutoff,
     ) | SizingRun.objects.filter(status=SizingRun.Status.QUEUED, heartbeat_at__isnull=True)
+    try:
+        waiting = broker.runs_with_messages([settings.CELERY_TASK_DEFAULT_QUEUE]) or set()
+    except BROKER_ERRORS as exc:
+        log.warning("broker still unavailable: %s", exc)
+        return 0
     count = 0
     for run_id, enqueues in stuck.values_list("pk", "enqueue_count"):
+        if run_id in waiting:
+            continue
         if enqueues >= MAX_ENQUEUES:
             _fail(run_id, f"gave up after {enqueues} attempts: workers never finished this run")
             continue
