@@ -147,3 +147,17 @@ def model_architecture_upsert(
     # A re-import from a bare config.json keeps what the catalog knew (aliases, headlines).
     values.update({key: value for key, value in optional.items() if value})
     return _upsert(ModelArchitecture, {"hf_id": hf_id}, values)
+
+
+class CatalogRowInUse(ValidationError):
+    """A GPU or model that scenarios name as a candidate: deleting it would silently empty
+    their candidate lists."""
+
+
+def check_deletable(row: GpuSku | ModelArchitecture) -> None:
+    count = row.scenarios.count()
+    if count:
+        raise CatalogRowInUse(
+            f"{row.name} is a candidate in {count} scenario{'s' if count != 1 else ''}; "
+            "remove it from them before deleting it"
+        )
