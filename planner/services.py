@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import secrets
 from dataclasses import dataclass
 
@@ -73,6 +74,7 @@ SCALAR_FIELDS = [
     "warm_pool_replicas",
 ]
 MAX_CANDIDATES = 20_000
+MAX_DESCRIPTION_CHARS, MAX_TAGS, MAX_TAG_CHARS = 10_000, 20, 50  # as the API serializer
 #: requests/s the fleet is sized for, peak x burst / utilization; far above any real fleet, and
 #: low enough that every replica and GPU count fits its (bigint) column.
 MAX_PROVISIONED_RPS = 1e8
@@ -133,13 +135,30 @@ def _check_lengths(errors: Errors, data: dict) -> None:
     if hourly:
         if not isinstance(hourly, list) or len(hourly) != 24:
             errors.add("hourly_rps", "give 24 hourly values (requests/s), or none")
-        elif any(isinstance(v, bool) or not isinstance(v, int | float) or v < 0 for v in hourly):
-            errors.add("hourly_rps", "each hourly value must be a number >= 0")
+        elif any(not _finite_number(v) or v < 0 for v in hourly):
+            errors.add("hourly_rps", "each hourly value must be a finite number >= 0")
+
+
+def _finite_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_text_sizes(errors: Errors, data: dict) -> None:
+    """The API's size limits, for every door (form, API, plan file)."""
+    description = data.get("description") or ""
+    if isinstance(description, str) and len(description) > MAX_DESCRIPTION_CHARS:
+        errors.add("description", f"at most {MAX_DESCRIPTION_CHARS:,} characters")
+    tags = data.get("tags") or []
+    if isinstance(tags, list):
+        if len(tags) > MAX_TAGS:
+            errors.add("tags", f"at most {MAX_TAGS} tags")
+        if any(isinstance(t, str) and len(t) > MAX_TAG_CHARS for t in tags):
+            errors.add("tags", f"each tag at most {MAX_TAG_CHARS} characters")
 
 
 def _check_provisioned_rate(errors: Errors, data: dict) -> None:
     rates = [data.get(f) for f in ("peak_rps", "burst_factor", "target_utilization")]
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in rates):
+    if not all(_finite_number(v) and v > 0 for v in rates):
         return  # each is checked on its own
     peak, burst, utilization = rates
     provisioned = peak * burst / utilization
@@ -204,6 +223,7 @@ def clean_scenario_data(data: dict, *, partial_of: Scenario | None = None) -> Cl
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         errors.add("tags", "must be a list of strings")
     _check_lengths(errors, merged)
+    _check_text_sizes(errors, merged)
     if merged["tp_options"] and model_ids:
         _check_tp_divides_heads(errors, merged["tp_options"], model_ids)
     sheet = _price_sheet(errors, data, partial_of)

@@ -113,7 +113,8 @@ class PrivatePostgres:
     def _ctl(self, action: str) -> None:
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.folder}"
         pg_ctl = os.path.join(self.bindir, "pg_ctl")
-        self._run(pg_ctl, "-D", self.data, "-o", options, "-w", "-m", "fast", action)
+        log = os.path.join(self.folder, "server.log")  # not a pipe: the server outlives pg_ctl
+        self._run(pg_ctl, "-D", self.data, "-o", options, "-l", log, "-w", "-m", "fast", action)
 
     def start(self) -> None:
         self._ctl("start")
