@@ -267,3 +267,102 @@ def worker_killed(stack: Stack) -> dict:
     stack.worker("survivor", **env)
     states = stack.wait(ids, finished, 300)
     return outcome(states, ids, started)
+
+
+LOAD_DOCUMENT = {
+    "name": "load",
+    "traffic": {
+        "peak_rps": 12,
+        "mean_rps": 6,
+        "prompt_tokens": {"mean": 800, "p95": 2000},
+        "output_tokens": {"mean": 250, "p95": 600},
+    },
+    "slo": {"ttft_ms": 2000, "tpot_ms": 60},
+    "candidates": {
+        "models": ["llama-3.1-8b", "Qwen3-8B"],
+        "gpus": ["H100", "L40S"],
+        "precisions": ["bf16", "fp8"],
+    },
+    "api_alternative": {"input_usd_per_mtok": 0.2, "output_usd_per_mtok": 0.6},
+}
+MAKE_TOKENS = """
+import json
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+keys = []
+for i in range({count}):
+    user, _ = get_user_model().objects.get_or_create(username=f"load{{i}}")
+    keys.append(Token.objects.get_or_create(user=user)[0].key)
+print(json.dumps(keys))
+"""
+
+
+def post(url: str, token: str, document: dict | None = None) -> tuple[int, dict]:
+    data = json.dumps(document).encode() if document is not None else None
+    request = urllib.request.Request(
+        url,
+        data=data,
+        method="POST",
+        headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        return error.code, {}
+    except (urllib.error.URLError, TimeoutError, ConnectionError):
+        return 599, {}
+
+
+def load(stack: Stack, clients: int, seconds: float, workers: int = 2) -> dict:
+    """``clients`` API users create and run scenarios for ``seconds`` against gunicorn and
+    ``workers`` Celery workers; then the accepted runs drain."""
+    import threading
+
+    fast = {"API_USER_RATE": "100000/min", "SIZING_SIMULATE_TAILS": "false"}
+    keys = json.loads(stack.manage("shell", "-c", MAKE_TOKENS.format(count=clients)).strip())
+    web = stack.web(workers=3, **fast)
+    for i in range(workers):
+        stack.worker(f"load{i}")
+    statuses: list[int] = []
+    accepted: list[int] = []
+    lock = threading.Lock()
+    deadline = time.monotonic() + seconds
+
+    def client(token: str) -> None:
+        while time.monotonic() < deadline:
+            code, scenario = post(web + "/api/v1/scenarios/", token, LOAD_DOCUMENT)
+            with lock:
+                statuses.append(code)
+            if code != 201:
+                continue
+            code, run = post(web + f"/api/v1/scenarios/{scenario['id']}/run/", token)
+            with lock:
+                statuses.append(code)
+                if code == 202:
+                    accepted.append(run["id"])
+            if code == 429:
+                time.sleep(1)  # the quota said wait: a well-behaved client backs off
+
+    threads = [threading.Thread(target=client, args=(key,)) for key in keys]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    load_end = time.monotonic()
+    health = get(web + "/healthz")
+    states = stack.wait(accepted, finished, 900) if accepted else {}
+    drained = time.monotonic() - load_end
+    done = outcome(states, accepted, load_end) if accepted else {"succeeded": 0, "lost": 0}
+    return {
+        "clients": clients,
+        "seconds": seconds,
+        "requests": len(statuses),
+        "server_errors_5xx": sum(1 for s in statuses if s >= 500),
+        "quota_429": sum(1 for s in statuses if s == 429),
+        "runs_accepted": len(accepted),
+        "runs_finished": done["succeeded"],
+        "runs_lost": done["lost"],
+        "drain_s": round(drained, 1),
+        "healthz_ms_after_load": round(1000 * health[1]),
+    }
