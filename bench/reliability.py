@@ -82,8 +82,7 @@ print(json.dumps({"routes": len(routes), "requests": requests, "leaks": leaks,
 
 
 def fuzz(stack: drills.Stack, examples: int) -> dict:
-    seeded = stack.manage("shell", "-c", SEED, SIZING_SIMULATE_TAILS="false")
-    keys = json.loads(seeded.strip().splitlines()[-1])
+    keys = stack.shell(SEED, SIZING_SIMULATE_TAILS="false")
     web = stack.web(workers=2, API_USER_RATE="1000000/min")
     stack.worker("fuzz")
     out = {}
@@ -130,8 +129,7 @@ def fuzz(stack: drills.Stack, examples: int) -> dict:
 
 
 def leaks(stack: drills.Stack) -> dict:
-    text = stack.manage("shell", "-c", LEAKS, SIZING_SIMULATE_TAILS="false")
-    return json.loads(text.strip().splitlines()[-1])
+    return stack.shell(LEAKS, SIZING_SIMULATE_TAILS="false")
 
 
 def on_private_stack(function, *args):

@@ -94,9 +94,12 @@ class Stack:
             raise RuntimeError(f"manage.py {' '.join(args[:1])} failed: {out.stderr[-2000:]}")
         return out.stdout
 
+    def shell(self, code: str, **env):
+        """Run ``code`` in ``manage.py shell``; its last line of output, read as JSON."""
+        return json.loads(self.manage("shell", "-c", code, **env).strip().splitlines()[-1])
+
     def create_runs(self, count: int, **env) -> tuple[list[int], str]:
-        code = CREATE_RUNS.format(count=count)
-        out = json.loads(self.manage("shell", "-c", code, **env).strip().splitlines()[-1])
+        out = self.shell(CREATE_RUNS.format(count=count), **env)
         return out["runs"], out["token"]
 
     def worker(self, name: str, **env) -> subprocess.Popen:
@@ -320,7 +323,7 @@ def load(stack: Stack, clients: int, seconds: float, workers: int = 2) -> dict:
     import threading
 
     fast = {"API_USER_RATE": "100000/min", "SIZING_SIMULATE_TAILS": "false"}
-    keys = json.loads(stack.manage("shell", "-c", MAKE_TOKENS.format(count=clients)).strip())
+    keys = stack.shell(MAKE_TOKENS.format(count=clients))
     web = stack.web(workers=3, **fast)
     for i in range(workers):
         stack.worker(f"load{i}")
