@@ -40,22 +40,7 @@ ENV = {
     "DJANGO_SETTINGS_MODULE": "config.settings",
 }
 os.environ.update(ENV)
-DOCUMENT = {
-    "name": "load",
-    "traffic": {
-        "peak_rps": 12,
-        "mean_rps": 6,
-        "prompt_tokens": {"mean": 800, "p95": 2000},
-        "output_tokens": {"mean": 250, "p95": 600},
-    },
-    "slo": {"ttft_ms": 2000, "tpot_ms": 60},
-    "candidates": {
-        "models": ["llama-3.1-8b", "Qwen3-8B"],
-        "gpus": ["H100", "L40S"],
-        "precisions": ["bf16", "fp8"],
-    },
-    "api_alternative": {"input_usd_per_mtok": 0.2, "output_usd_per_mtok": 0.6},
-}
+from tests.reliability.drills import LOAD_DOCUMENT as DOCUMENT  # noqa: E402 (one document)
 
 
 def prepare(clients: int) -> list[str]:

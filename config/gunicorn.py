@@ -5,6 +5,7 @@ The access log keeps method, status, size and time but never a share-link token.
 
 import os
 
+import gunicorn.http.wsgi
 from gunicorn.glogging import Logger
 
 from config.logging_filters import redact
@@ -16,6 +17,8 @@ accesslog = "-"
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'
 limit_request_line = 8190
 limit_request_field_size = 8190
+# "Server: gunicorn" tells a scanner which exploits to try; answer with the app's name instead
+gunicorn.http.wsgi.SERVER = "headroom"
 
 
 class RedactingLogger(Logger):

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import logging
 import re
+from urllib.parse import unquote
 
-SHARE_PATH = re.compile(r"/s/[A-Za-z0-9_\-]{8,}")
+SHARE_PATH = re.compile(r"/s/+[A-Za-z0-9_\-]{8,}")
 REDACTED = "/s/[redacted]"
 
 
 def redact(text: str) -> str:
-    return SHARE_PATH.sub(REDACTED, text)
+    """Redact share paths as the router sees them: percent-decoded (``/s/%71...`` is
+    ``/s/q...``), and with any run of slashes after ``/s``."""
+    decoded = unquote(text)
+    if SHARE_PATH.search(decoded):
+        return SHARE_PATH.sub(REDACTED, decoded)
+    return text
 
 
 class RedactShareTokens(logging.Filter):
@@ -26,6 +32,7 @@ class RedactShareTokens(logging.Filter):
                 k: redact(v) if isinstance(v, str) else v for k, v in record.args.items()
             }
         request = getattr(record, "request", None)
-        if request is not None and hasattr(request, "path") and SHARE_PATH.search(request.path):
+        path = getattr(request, "path", None) if request is not None else None
+        if isinstance(path, str) and redact(path) != path:
             record.request = None  # django.request attaches the request; drop it
         return True

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
+from kombu import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -55,6 +57,11 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # static files from STATIC_ROOT under gunicorn (collectstatic fills it), compressed and
+    # cached; in DEBUG, runserver's own static view answers as before
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "config.middleware.RequestGuardMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -84,7 +91,15 @@ WSGI_APPLICATION = "config.wsgi.application"
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 if DATABASE_URL:
     try:
-        DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+        DATABASES = {
+            "default": dj_database_url.parse(
+                # reuse connections for a minute, but test each before a request uses it, so
+                # a PostgreSQL restart costs no request a 500 on a stale connection
+                DATABASE_URL,
+                conn_max_age=60,
+                conn_health_checks=True,
+            )
+        }
     except Exception as exc:  # dj_database_url raises several types for a bad URL
         raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from exc
 else:
@@ -93,8 +108,13 @@ else:
     }
 
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": 12},
+    },
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
 LANGUAGE_CODE = "en-us"
@@ -104,11 +124,32 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or BASE_DIR / "staticfiles")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2_500_000  # bytes; a scenario or a benchmark upload is far smaller
+# Any body declaring more than this is refused before it is read (uploads are 2 MB at most).
+REQUEST_MAX_BYTES = int(os.environ.get("REQUEST_MAX_BYTES", "3000000"))
+
+# Content-Security-Policy: scripts only from this site (every page's JS is a static file, no
+# inline script); plotly sets inline styles and draws its modebar icons from data: URIs.
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF, CSP.UNSAFE_INLINE],
+    "img-src": [CSP.SELF, "data:", "blob:"],
+    "font-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.SELF],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
 
 # Celery: no broker configured -> run tasks eagerly in this process (embedded default).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
@@ -131,9 +172,14 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": [
+        "planner.api.parsers.StrictJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "planner.api.errors.exception_handler",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "planner.api.pagination.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_THROTTLE_CLASSES": [
         "rest_framework.throttling.UserRateThrottle",
@@ -171,22 +217,26 @@ LOGGING = {
 }
 
 # Caching (API throttles, sign-in throttling): shared through Redis when there is one, so
-# every gunicorn worker counts the same attempts; per-process memory otherwise.
+# every gunicorn worker counts the same attempts; per-process memory otherwise, and while that
+# Redis is down (config.cache: the site keeps answering through a Redis outage).
 CACHE_URL = os.environ.get("CACHE_URL") or (
     CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else ""
 )
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 if CACHE_URL:
-    CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": CACHE_URL,
-            "KEY_PREFIX": "headroom",
-        }
+    CACHES["default"] = {
+        "BACKEND": "config.cache.ResilientRedisCache",
+        "LOCATION": CACHE_URL,
+        "KEY_PREFIX": "headroom",
     }
-else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# Sign-in throttling per (address, username): this many failures free, then a delay of
+# LOGIN_DELAY_SECONDS doubling per failure up to LOGIN_LOCKOUT_SECONDS; one address may fail
+# LOGIN_FAILURES_PER_ADDRESS times (over all usernames) per window (planner.auth_views).
 LOGIN_FAILURES_ALLOWED = int(os.environ.get("LOGIN_FAILURES_ALLOWED", "5"))
+LOGIN_DELAY_SECONDS = int(os.environ.get("LOGIN_DELAY_SECONDS", "30"))
 LOGIN_LOCKOUT_SECONDS = int(os.environ.get("LOGIN_LOCKOUT_SECONDS", "900"))
+LOGIN_FAILURES_PER_ADDRESS = int(os.environ.get("LOGIN_FAILURES_PER_ADDRESS", "100"))
+API_TOKEN_REGENERATIONS_PER_HOUR = int(os.environ.get("API_TOKEN_REGENERATIONS_PER_HOUR", "10"))
 
 if not DEBUG:
     SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", True)
@@ -196,12 +246,15 @@ if not DEBUG:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # the container healthcheck speaks plain http
     SECURE_CONTENT_TYPE_NOSNIFF = True
     X_FRAME_OPTIONS = "DENY"
 
 # Sizing runs: candidates per Celery task, and when a silent run counts as stuck.
 SIZING_BATCH_SIZE = int(os.environ.get("SIZING_BATCH_SIZE", "64"))
 RUN_STALE_SECONDS = int(os.environ.get("RUN_STALE_SECONDS", "120"))
+# Backpressure: runs one user may have queued or running at once (more: 429, Retry-After).
+RUNS_ACTIVE_PER_USER = int(os.environ.get("RUNS_ACTIVE_PER_USER", "5"))
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) and not CELERY_RESULT_BACKEND:
     # Only chord bookkeeping lives here (counts per batch); results are PostgreSQL rows.
     CELERY_RESULT_BACKEND = CELERY_BROKER_URL
@@ -215,10 +268,19 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_throttle": int(os.environ.get("CELERY_UNACKED_RESTORE_THROTTLE", "3")),
 }
 CELERY_BROKER_CONNECTION_TIMEOUT = 3
-CELERY_BEAT_SCHEDULE = {
-    "requeue-stuck-runs": {"task": "planner.tasks.requeue_stuck_runs", "schedule": 60.0},
-}
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "headroom")
+# Beat's sweep has a queue of its own, so it never waits behind (or adds to) a backlog of
+# sizing work; a worker started without -Q consumes both queues. A sweep not taken within
+# its minute expires: the next one replaces it.
+CELERY_SWEEP_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}-sweep"
+CELERY_TASK_QUEUES = [Queue(CELERY_TASK_DEFAULT_QUEUE), Queue(CELERY_SWEEP_QUEUE)]
+CELERY_BEAT_SCHEDULE = {
+    "requeue-stuck-runs": {
+        "task": "planner.tasks.requeue_stuck_runs",
+        "schedule": 60.0,
+        "options": {"queue": CELERY_SWEEP_QUEUE, "expires": 55},
+    },
+}
 # Simulate the leading candidates per GPU for p50/p95/p99 and size their replicas on the
 # simulated SLO percentile (slower runs; the mean-value chain alone when off).
 SIZING_SIMULATE_TAILS = env_bool("SIZING_SIMULATE_TAILS", True)

@@ -5,11 +5,25 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from .models import CalibrationProfile, GpuSku, ModelArchitecture
+from .services import CatalogRowInUse, check_deletable
 from .uploads import CalibrationUploadForm, measurements_from_upload
 
 
+class InUseProtected:
+    """The admin's delete page lists scenarios that use a row as protected: no deletion."""
+
+    def get_deleted_objects(self, objs, request):
+        deleted, counts, perms, protected = super().get_deleted_objects(objs, request)
+        for row in objs:
+            try:
+                check_deletable(row)
+            except CatalogRowInUse as exc:
+                protected = [*protected, exc.messages[0]]
+        return deleted, counts, perms, protected
+
+
 @admin.register(GpuSku)
-class GpuSkuAdmin(admin.ModelAdmin):
+class GpuSkuAdmin(InUseProtected, admin.ModelAdmin):
     list_display = (
         "name",
         "vendor",
@@ -26,7 +40,7 @@ class GpuSkuAdmin(admin.ModelAdmin):
 
 
 @admin.register(ModelArchitecture)
-class ModelArchitectureAdmin(admin.ModelAdmin):
+class ModelArchitectureAdmin(InUseProtected, admin.ModelAdmin):
     list_display = (
         "name",
         "hf_id",

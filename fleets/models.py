@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.validators import RegexValidator
 from django.db import models
 
-from .validation import RangeValidator, positive
+from .validation import JsonObject, RangeValidator, StringList, positive
 
 
 class SourcedRow(models.Model):
@@ -28,7 +28,9 @@ class GpuSku(SourcedRow):
     name = models.CharField(max_length=100)
     vendor = models.CharField(max_length=40)
     form_factor = models.CharField(max_length=60, blank=True)
-    aliases = models.JSONField(default=list, blank=True, help_text="Other names users type.")
+    aliases = models.JSONField(
+        default=list, blank=True, validators=[StringList()], help_text="Other names users type."
+    )
     memory_gb = models.FloatField(validators=[RangeValidator("memory_gb")])
     memory_type = models.CharField(max_length=40, blank=True)
     hbm_bandwidth_tb_s = models.FloatField(
@@ -87,7 +89,7 @@ class ModelArchitecture(SourcedRow):
     )
     hf_id = models.CharField("Hugging Face id", max_length=200, unique=True)
     name = models.CharField(max_length=200)
-    aliases = models.JSONField(default=list, blank=True)
+    aliases = models.JSONField(default=list, blank=True, validators=[StringList()])
     model_type = models.CharField(max_length=60)
     num_layers = models.PositiveIntegerField(validators=[positive])
     hidden_size = models.PositiveIntegerField(validators=[positive])
@@ -135,7 +137,9 @@ class ModelArchitecture(SourcedRow):
     published_total_params = models.FloatField(null=True, blank=True)
     published_active_params = models.FloatField(null=True, blank=True)
     published_source = models.TextField(blank=True)
-    config_json = models.JSONField(default=dict, blank=True, help_text="The config.json as read.")
+    config_json = models.JSONField(
+        default=dict, blank=True, validators=[JsonObject()], help_text="The config.json as read."
+    )
     notes = models.TextField(blank=True)
     owner = models.ForeignKey(
         "auth.User",
@@ -206,16 +210,26 @@ class CalibrationProfile(models.Model):
     engine_version = models.CharField(
         max_length=40, blank=True, help_text="Engine release, e.g. 0.21; blank: the newest."
     )
-    constants = models.JSONField(help_text="Fitted constants by Calibration field name.")
-    free_constants = models.JSONField(default=list, help_text="Constants the fit moved.")
+    constants = models.JSONField(
+        validators=[JsonObject(numbers=True)],
+        help_text="Fitted constants by Calibration field name.",
+    )
+    free_constants = models.JSONField(
+        default=list, validators=[StringList()], help_text="Constants the fit moved."
+    )
     relative_error = models.FloatField(help_text="Cross-validated median APE (fraction).")
     ttft_relative_error = models.FloatField(default=0.5)
-    cv_error = models.JSONField(default=dict, blank=True)
-    in_sample_error = models.JSONField(default=dict, blank=True)
+    cv_error = models.JSONField(default=dict, blank=True, validators=[JsonObject()])
+    in_sample_error = models.JSONField(default=dict, blank=True, validators=[JsonObject()])
     fitted_row_ids = models.JSONField(default=list, blank=True)
-    fitted_sources = models.JSONField(default=list, blank=True)
+    fitted_sources = models.JSONField(
+        default=list, blank=True, validators=[StringList(max_items=10_000, max_length=1000)]
+    )
     quality = models.JSONField(
-        default=dict, blank=True, help_text="Points, constants that ended at a bound, verdict."
+        default=dict,
+        blank=True,
+        validators=[JsonObject()],
+        help_text="Points, constants that ended at a bound, verdict.",
     )
     n_points = models.PositiveIntegerField()
     created = models.DateTimeField(auto_now_add=True)

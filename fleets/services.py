@@ -209,3 +209,17 @@ def model_import(
         fields = getattr(exc, "error_dict", {})
         name_fault = bool({"slug", "hf_id", "name"} & set(fields))
         raise ModelImportRefused(exc.messages[0], "name" if name_fault else "config") from exc
+
+
+class CatalogRowInUse(ValidationError):
+    """A GPU or model that scenarios name as a candidate: deleting it would silently empty
+    their candidate lists."""
+
+
+def check_deletable(row: GpuSku | ModelArchitecture) -> None:
+    count = row.scenarios.count()
+    if count:
+        raise CatalogRowInUse(
+            f"{row.name} is a candidate in {count} scenario{'s' if count != 1 else ''}; "
+            "remove it from them before deleting it"
+        )

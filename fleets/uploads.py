@@ -21,6 +21,7 @@ from .models import GpuSku
 MAX_UPLOAD_BYTES = 2_000_000
 MAX_SWEEP_FILES = 20
 ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "other": "other"}
+MAX_LINE_CHARS = 131_072  # the csv module's field size limit
 
 
 class CalibrationUploadForm(forms.Form):
@@ -113,6 +114,25 @@ def measurements_from_uploads(uploads, data: dict) -> list:
     return rows
 
 
+def _check_text(name: str, content: bytes) -> None:
+    """Uploads are UTF-8 text (a BOM is fine) without NUL and without a line longer than a
+    CSV field may be; anything else is refused by name before a parser sees it."""
+    if b"\x00" in content:
+        hint = " (UTF-16? save it as UTF-8)" if content[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        raise MeasurementError(f"{name} contains NUL bytes: not a text file{hint}")
+    try:
+        text = content.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise MeasurementError(
+            f"{name} is not UTF-8 text (byte {exc.start}): upload a CSV or JSON file"
+        ) from None
+    longest = max((len(line) for line in text.splitlines()), default=0)
+    if longest > MAX_LINE_CHARS:
+        raise MeasurementError(
+            f"{name} has a line of {longest:,} characters; the limit is {MAX_LINE_CHARS:,}"
+        )
+
+
 def measurements_from_upload(upload, data: dict) -> list:
     """Measurements from an uploaded file: CSV by name, else JSON (vLLM or guidellm).
 
@@ -126,6 +146,7 @@ def measurements_from_upload(upload, data: dict) -> list:
             f"{upload.name} is {upload.size:,} bytes; the limit is {MAX_UPLOAD_BYTES:,}"
         )
     content = upload.read()
+    _check_text(upload.name, content)
     if upload.name.lower().endswith(".csv"):
         return read_measurements(io.BytesIO(content))  # strict: one bad row refuses all
     try:

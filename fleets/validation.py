@@ -58,3 +58,50 @@ class RangeValidator:
 def positive(value):
     if value is not None and value <= 0:
         raise ValidationError(f"must be positive, got {value}")
+
+
+@deconstructible
+class StringList:
+    """A JSON list of non-blank strings (aliases, source lists): anything else stored there
+    breaks every reader of the catalog."""
+
+    def __init__(self, max_items: int = 50, max_length: int = 200):
+        self.max_items, self.max_length = max_items, max_length
+
+    def __call__(self, value) -> None:
+        if not isinstance(value, list):
+            raise ValidationError(f"must be a list of strings, got {type(value).__name__}")
+        if len(value) > self.max_items:
+            raise ValidationError(f"at most {self.max_items} entries")
+        for item in value:
+            if not isinstance(item, str) or not item.strip() or len(item) > self.max_length:
+                raise ValidationError(
+                    f"each entry must be a non-blank string of at most {self.max_length} "
+                    f"characters, got {item!r:.60}"
+                )
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, StringList) and (self.max_items, self.max_length) == (
+            other.max_items,
+            other.max_length,
+        )
+
+
+@deconstructible
+class JsonObject:
+    """A JSON object; with ``numbers`` every value must be a finite number (fitted constants)."""
+
+    def __init__(self, numbers: bool = False):
+        self.numbers = numbers
+
+    def __call__(self, value) -> None:
+        if not isinstance(value, dict):
+            raise ValidationError(f"must be a JSON object, got {type(value).__name__}")
+        if self.numbers:
+            for key, item in value.items():
+                finite = isinstance(item, int | float) and not isinstance(item, bool)
+                if not finite or item != item or item in (float("inf"), float("-inf")):
+                    raise ValidationError(f"{key}: must be a finite number, got {item!r:.60}")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, JsonObject) and self.numbers == other.numbers

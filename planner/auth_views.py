@@ -1,12 +1,20 @@
-"""Sign-in with throttling (after N failures for an address or a username, wait), sign-up and
-password reset.
+"""Sign-in, sign-up and password reset, and throttling for every authentication path (the
+sign-in page, the admin's sign-in, API token regeneration, sign-up, password reset): failures
+are counted per (address, username) pair with a progressive delay.
 
-Counts live in the cache (Redis when configured), so every web worker sees the same count.
+Why the pair: a count per address alone locks out everyone behind one NAT address, and a count
+per username alone lets anyone lock a named account. The pair's delay doubles with each failure
+past the allowance (``LOGIN_DELAY_SECONDS`` x 2^k, at most ``LOGIN_LOCKOUT_SECONDS``); a much
+larger per-address ceiling (``LOGIN_FAILURES_PER_ADDRESS``) stops one address from spraying
+passwords over many usernames. Counts live in the cache (Redis when configured, so every web
+worker sees the same count; config.cache falls back to process memory while Redis is down).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import time
 
 from django import forms
 from django.conf import settings
@@ -23,28 +31,94 @@ from django.urls import reverse_lazy
 from planner.accessible import AccessibleErrorsMixin
 
 
-def _keys(request) -> list[str]:
-    address = request.META.get("REMOTE_ADDR", "unknown")
-    username = (request.POST.get("username") or "").strip().lower()
-    keys = [f"login-fail:ip:{address}"]
-    if username:
-        digest = hashlib.sha256(username.encode()).hexdigest()[:32]
-        keys.append(f"login-fail:user:{digest}")
-    return keys
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _blocked(request) -> bool:
-    limit = settings.LOGIN_FAILURES_ALLOWED
-    return any((cache.get(key) or 0) >= limit for key in _keys(request))
+def _address(request) -> str:
+    return request.META.get("REMOTE_ADDR", "unknown")
 
 
-def _record_failure(request) -> None:
-    for key in _keys(request):
-        cache.add(key, 0, settings.LOGIN_LOCKOUT_SECONDS)
-        try:
-            cache.incr(key)
-        except ValueError:  # expired between add and incr
-            cache.set(key, 1, settings.LOGIN_LOCKOUT_SECONDS)
+def _pair_key(request, username: str) -> str:
+    return f"login-fail:pair:{_digest(_address(request) + '|' + username.strip().lower())}"
+
+
+def _address_key(request) -> str:
+    return f"login-fail:ip:{_digest(_address(request))}"
+
+
+def _delay_s(failures: int) -> int:
+    """Seconds to wait after ``failures`` failures: none within the allowance, then doubling."""
+    over = failures - settings.LOGIN_FAILURES_ALLOWED
+    if over < 0:
+        return 0
+    return min(settings.LOGIN_LOCKOUT_SECONDS, settings.LOGIN_DELAY_SECONDS * 2 ** min(over, 30))
+
+
+def retry_after_s(request, username: str) -> int:
+    """Seconds before this address may try this username again (0: now)."""
+    keys = [f"{_pair_key(request, username)}:until", f"{_address_key(request)}:until"]
+    until = max(cache.get_many(keys).values(), default=0)
+    return max(0, int(until - time.time() + 0.999))
+
+
+def _count(key: str, delay_s) -> None:
+    """Count one failure atomically (incr), then set when the next attempt may come."""
+    window = settings.LOGIN_LOCKOUT_SECONDS
+    cache.add(key, 0, window)
+    try:
+        failures = cache.incr(key)
+    except ValueError:  # expired between add and incr
+        cache.set(key, 1, window)
+        failures = 1
+    if wait := delay_s(failures):
+        cache.set(f"{key}:until", time.time() + wait, window)
+
+
+def record_failure(request, username: str) -> None:
+    _count(_pair_key(request, username), _delay_s)
+    ceiling = settings.LOGIN_FAILURES_PER_ADDRESS
+    _count(_address_key(request), lambda n: settings.LOGIN_LOCKOUT_SECONDS if n >= ceiling else 0)
+
+
+def record_success(request, username: str) -> None:
+    cache.delete(_pair_key(request, username))
+
+
+def _refusal(request, seconds: int, template: str | None, context: dict) -> HttpResponse:
+    context = context | {"throttled": True, "lockout_minutes": max(1, (seconds + 59) // 60)}
+    if template:
+        body = render_to_string(template, context, request=request)
+    else:
+        body = f"Too many failed attempts; try again in {seconds} seconds.\n"
+    response = HttpResponse(body, status=429)
+    response["Retry-After"] = str(max(1, seconds))
+    return response
+
+
+def throttled_sign_in(view, template: str | None = None):
+    """Wrap a sign-in view (POST username/password; success is a redirect): refuse with 429
+    and Retry-After while the pair waits, count each failed POST, reset on success."""
+
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if request.method != "POST":
+            return view(request, *args, **kwargs)
+        username = (request.POST.get("username") or "")[:150]
+        wait = retry_after_s(request, username)
+        if wait:
+            from django.contrib.auth.forms import AuthenticationForm
+
+            return _refusal(request, wait, template, {"form": AuthenticationForm(request)})
+        response = view(request, *args, **kwargs)
+        if response.status_code in (301, 302, 303):
+            record_success(request, username)
+        else:
+            record_failure(request, username)
+        return response
+
+    wrapper.throttled = True  # tests walk the URL conf for credential views without this
+    return wrapper
 
 
 class ThrottledLoginView(auth_views.LoginView):
@@ -53,28 +127,33 @@ class ThrottledLoginView(auth_views.LoginView):
     def get_context_data(self, **kwargs):
         return super().get_context_data(**kwargs) | {"allow_signup": settings.ALLOW_SIGNUP}
 
-    def post(self, request, *args, **kwargs):
-        if _blocked(request):
-            minutes = max(1, settings.LOGIN_LOCKOUT_SECONDS // 60)
-            body = render_to_string(
-                "registration/login.html",
-                {"form": self.get_form(), "throttled": True, "lockout_minutes": minutes},
-                request=request,
-            )
-            response = HttpResponse(body, status=429)
-            response["Retry-After"] = str(settings.LOGIN_LOCKOUT_SECONDS)
-            return response
-        return super().post(request, *args, **kwargs)
+    @classmethod
+    def as_view(cls, **initkwargs):
+        return throttled_sign_in(super().as_view(**initkwargs), cls.template_name)
 
-    def form_invalid(self, form):
-        _record_failure(self.request)
-        return super().form_invalid(form)
 
-    def form_valid(self, form):
-        for key in _keys(self.request):
-            if key.startswith("login-fail:user:"):
-                cache.delete(key)
-        return super().form_valid(form)
+def rate_limited(bucket: str, per_hour_setting: str):
+    """Per-user rate limit for account actions that mint credentials (API token regeneration)."""
+
+    def decorator(view):
+        @functools.wraps(view)
+        def wrapper(request, *args, **kwargs):
+            if request.method != "POST" or not request.user.is_authenticated:
+                return view(request, *args, **kwargs)
+            key = f"account-rate:{bucket}:{request.user.pk}"
+            cache.add(key, 0, 3600)
+            try:
+                used = cache.incr(key)
+            except ValueError:  # expired between add and incr
+                cache.set(key, 1, 3600)
+                used = 1
+            if used > getattr(settings, per_hour_setting):
+                return _refusal(request, 3600, None, {})
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator
 
 
 # --------------------------------------------------------------------------- sign-up
@@ -142,3 +221,4 @@ class PasswordResetDoneView(auth_views.PasswordResetDoneView):
 
 class PasswordResetCompleteView(auth_views.PasswordResetCompleteView):
     template_name = "registration/password_reset_complete.html"
+

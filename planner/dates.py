@@ -9,10 +9,13 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 def parse_moment(value: str, *, end_of_day: bool = False) -> dt.datetime | None:
     """A date-time (UTC when naive), or a bare date taken at the start of that day (or its
-    end, for expiries); None when the text is neither."""
-    moment = parse_datetime(value)
+    end, for expiries); None when the text is neither, or names no real day (2026-13-01)."""
+    try:
+        moment = parse_datetime(value)
+        day = parse_date(value) if moment is None else None
+    except ValueError:  # well formed but not a real date or time
+        return None
     if moment is None:
-        day = parse_date(value)
         if day is None:
             return None
         moment = dt.datetime.combine(day, dt.time.max if end_of_day else dt.time.min)

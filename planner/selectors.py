@@ -6,6 +6,8 @@ re-exported here for the planner's callers.
 
 from __future__ import annotations
 
+from django.db import connection
+
 from fleets.selectors import (  # noqa: F401  (re-exported)
     CatalogIndex,
     catalog_index,
@@ -35,6 +37,15 @@ def scenarios_visible_to(user):
     if not user.is_authenticated:
         return Scenario.objects.none()
     return Scenario.objects.filter(Q(owner=user) | Q(shared_with=user)).distinct()
+
+
+def with_tag(queryset, tag: str):
+    """Scenarios carrying ``tag``: JSON containment on PostgreSQL; SQLite has no JSON
+    ``contains`` lookup, so there the ids are collected from a scan of the tags."""
+    if connection.vendor == "postgresql":
+        return queryset.filter(tags__contains=[tag])
+    ids = [pk for pk, tags in queryset.values_list("pk", "tags") if tag in (tags or [])]
+    return queryset.filter(pk__in=ids)
 
 
 def scenarios_owned_by(user):

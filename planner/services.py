@@ -9,10 +9,12 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
+import math
 import secrets
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F
@@ -79,6 +81,10 @@ SCALAR_FIELDS = [
     "spare_nodes",
 ]
 MAX_CANDIDATES = 20_000
+MAX_DESCRIPTION_CHARS, MAX_TAGS, MAX_TAG_CHARS = 10_000, 20, 50  # as the API serializer
+#: requests/s the fleet is sized for, peak x burst / utilization; far above any real fleet, and
+#: low enough that every replica and GPU count fits its (bigint) column.
+MAX_PROVISIONED_RPS = 1e8
 
 
 class Errors:
@@ -131,12 +137,45 @@ def _check_lengths(errors: Errors, data: dict) -> None:
     peak, mean = data.get("peak_rps"), data.get("mean_rps")
     if isinstance(peak, int | float) and isinstance(mean, int | float) and mean > peak:
         errors.add("mean_rps", f"mean rate ({mean:g}/s) cannot exceed the peak ({peak:g}/s)")
+    _check_provisioned_rate(errors, data)
     hourly = data.get("hourly_rps") or []
     if hourly:
         if not isinstance(hourly, list) or len(hourly) != 24:
             errors.add("hourly_rps", "give 24 hourly values (requests/s), or none")
-        elif any(isinstance(v, bool) or not isinstance(v, int | float) or v < 0 for v in hourly):
-            errors.add("hourly_rps", "each hourly value must be a number >= 0")
+        elif any(not _finite_number(v) or v < 0 for v in hourly):
+            errors.add("hourly_rps", "each hourly value must be a finite number >= 0")
+
+
+def _finite_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_text_sizes(errors: Errors, data: dict) -> None:
+    """The API's size limits, for every door (form, API, plan file)."""
+    description = data.get("description") or ""
+    if isinstance(description, str) and len(description) > MAX_DESCRIPTION_CHARS:
+        errors.add("description", f"at most {MAX_DESCRIPTION_CHARS:,} characters")
+    tags = data.get("tags") or []
+    if isinstance(tags, list):
+        if len(tags) > MAX_TAGS:
+            errors.add("tags", f"at most {MAX_TAGS} tags")
+        if any(isinstance(t, str) and len(t) > MAX_TAG_CHARS for t in tags):
+            errors.add("tags", f"each tag at most {MAX_TAG_CHARS} characters")
+
+
+def _check_provisioned_rate(errors: Errors, data: dict) -> None:
+    rates = [data.get(f) for f in ("peak_rps", "burst_factor", "target_utilization")]
+    if not all(_finite_number(v) and v > 0 for v in rates):
+        return  # each is checked on its own
+    peak, burst, utilization = rates
+    provisioned = peak * burst / utilization
+    if provisioned > MAX_PROVISIONED_RPS:
+        message = (
+            f"peak_rps x burst_factor / target_utilization = {provisioned:.3g} requests/s "
+            f"exceeds the limit of {MAX_PROVISIONED_RPS:.0e}"
+        )
+        for field in ("peak_rps", "burst_factor", "target_utilization"):
+            errors.add(field, message)
 
 
 def _check_tp_divides_heads(errors: Errors, tp_options: list[int], model_ids: list[int]) -> None:
@@ -197,6 +236,7 @@ def clean_scenario_data(
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         errors.add("tags", "must be a list of strings")
     _check_lengths(errors, merged)
+    _check_text_sizes(errors, merged)
     if merged["tp_options"] and model_ids:
         _check_tp_divides_heads(errors, merged["tp_options"], model_ids)
     sheet = _price_sheet(errors, data, partial_of)
@@ -466,8 +506,37 @@ class WorkersUnavailable(RuntimeError):
         self.run = run  # the saved, queued run
 
 
+class RunQuotaExceeded(ValidationError):
+    """The owner already has RUNS_ACTIVE_PER_USER runs queued or running (the API's 429)."""
+
+    retry_after_s = 30
+
+
+def _check_run_quota(scenario: Scenario) -> None:
+    """Backpressure: each user may have only so many runs waiting for the workers. The owner's
+    row is locked first, so two concurrent starts cannot both take the last place."""
+    if scenario.owner_id is None:
+        return
+    get_user_model().objects.select_for_update().filter(pk=scenario.owner_id).exists()
+    limit = settings.RUNS_ACTIVE_PER_USER
+    active = SizingRun.objects.filter(
+        scenario__owner_id=scenario.owner_id,
+        status__in=[SizingRun.Status.QUEUED, SizingRun.Status.RUNNING],
+    ).count()
+    if active >= limit:
+        raise RunQuotaExceeded(
+            {
+                "runs": [
+                    f"{active} of your runs are queued or running, the limit is {limit}; "
+                    "start this one when one of them has finished"
+                ]
+            }
+        )
+
+
 @transaction.atomic
 def _create_run(scenario: Scenario) -> SizingRun:
+    _check_run_quota(scenario)
     sheet = scenario.price_sheet or latest_price_sheet()
     return _save_run(scenario, build_inputs_snapshot(scenario, sheet), sheet)
 

@@ -23,7 +23,7 @@ from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from planner import pipeline, runner
+from planner import broker, pipeline, runner
 from planner.cache import DatabaseCache
 from planner.models import CandidateResult, SizingRun
 
@@ -96,8 +96,13 @@ def size_batch(run_id: int, batch_index: int) -> int:
         time.sleep(settings.SIZING_BATCH_DELAY_S)
     try:
         values = runner.size_candidates(run.inputs, indices)
+        _save_batch(run_id, batch_index, values)
     except TRANSIENT_DB_ERRORS:
         raise
+    except DatabaseError as exc:  # not transient (a value outside its column): retrying won't help
+        log.exception("saving failed for run %s batch %s", run_id, batch_index)
+        _fail(run_id, f"batch {batch_index}'s results could not be saved: {_first_line(exc)}")
+        return 0
     except Exception as exc:  # a calculation bug: fail the run readably, never hang or retry
         log.exception("sizing failed for run %s batch %s", run_id, batch_index)
         _fail(
@@ -105,8 +110,11 @@ def size_batch(run_id: int, batch_index: int) -> int:
             f"calculation error in batch {batch_index}: {exc!r}\n{traceback.format_exc(limit=3)}",
         )
         return 0
-    _save_batch(run_id, batch_index, values)
     return len(values)
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _save_batch(run_id: int, batch_index: int, values: list[dict]) -> None:
@@ -273,14 +281,23 @@ def rank_and_summarize(run: SizingRun) -> dict:
 
 @shared_task(**TASK_OPTIONS)
 def requeue_stuck_runs() -> int:
-    """Beat: re-enqueue runs queued or running with no heartbeat for STALE_AFTER."""
+    """Beat (on its own queue): re-enqueue runs queued or running with no heartbeat for
+    STALE_AFTER whose messages the broker no longer holds (planner.broker); a run waiting
+    behind a backlog keeps its one message instead of getting a second."""
     cutoff = timezone.now() - STALE_AFTER
     stuck = SizingRun.objects.filter(
         status__in=[SizingRun.Status.QUEUED, SizingRun.Status.RUNNING],
         heartbeat_at__lt=cutoff,
     ) | SizingRun.objects.filter(status=SizingRun.Status.QUEUED, heartbeat_at__isnull=True)
+    try:
+        waiting = broker.runs_with_messages([settings.CELERY_TASK_DEFAULT_QUEUE]) or set()
+    except BROKER_ERRORS as exc:
+        log.warning("broker still unavailable: %s", exc)
+        return 0
     count = 0
     for run_id, enqueues in stuck.values_list("pk", "enqueue_count"):
+        if run_id in waiting:
+            continue
         if enqueues >= MAX_ENQUEUES:
             _fail(run_id, f"gave up after {enqueues} attempts: workers never finished this run")
             continue

@@ -11,7 +11,6 @@ import datetime as dt
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.db import connection
 from django.db.models import OuterRef, Q, Subquery
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -23,6 +22,7 @@ from rest_framework.authtoken.models import Token
 from fleets.models import GpuSku
 from planner import charts, exports, selectors, services
 from planner import compare as compare_numbers
+from planner.auth_views import rate_limited
 from planner.dates import parse_moment
 from planner.forms import (
     ScenarioForm,
@@ -52,6 +52,7 @@ def home(request):
 
 
 @login_required
+@rate_limited("api-token", "API_TOKEN_REGENERATIONS_PER_HOUR")
 def api_token(request):
     """Show the user's REST API token; POST regenerates it (the old one stops working)."""
     token = Token.objects.filter(user=request.user).first()
@@ -82,14 +83,6 @@ def visible_run(request, pk: int) -> SizingRun:
     )
 
 
-def with_tag(queryset, tag: str):
-    """Scenarios carrying ``tag`` (JSON containment on PostgreSQL, a scan elsewhere)."""
-    if connection.vendor == "postgresql":
-        return queryset.filter(tags__contains=[tag])
-    ids = [pk for pk, tags in queryset.values_list("pk", "tags") if tag in (tags or [])]
-    return queryset.filter(pk__in=ids)
-
-
 def best_option(summary: dict) -> dict | None:
     """The summary's per-GPU entry of the overall best option (cheapest meeting the SLOs)."""
     best = (summary or {}).get("best")
@@ -115,7 +108,7 @@ def scenario_list(request):
     if query:
         scenarios = scenarios.filter(Q(name__icontains=query) | Q(description__icontains=query))
     if tag:
-        scenarios = with_tag(scenarios, tag)
+        scenarios = selectors.with_tag(scenarios, tag)
     scenarios = list(scenarios.order_by("-updated_at", "-pk")[:200])
     runs = SizingRun.objects.only("status", "progress", "summary", "created_at").in_bulk(
         [s.latest_run_id for s in scenarios if s.latest_run_id]

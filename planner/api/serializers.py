@@ -295,6 +295,21 @@ class RunListSerializer(RunSerializer):
         fields = [f for f in RunSerializer.Meta.fields if f not in ("inputs", "results")]
 
 
+class RunDetailSerializer(RunSerializer):
+    """The run detail: status, summary and inputs; the per-candidate results are paged at
+    ``results_url`` (a run may hold 20,000 of them, each with its derivation)."""
+
+    results_url = serializers.SerializerMethodField()
+
+    class Meta(RunSerializer.Meta):
+        fields = [f for f in RunSerializer.Meta.fields if f != "results"] + ["results_url"]
+
+    def get_results_url(self, run) -> str:
+        path = f"/api/v1/runs/{run.pk}/results/"
+        request = self.context.get("request")
+        return request.build_absolute_uri(path) if request else path
+
+
 class RunStartedSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     status = serializers.CharField()

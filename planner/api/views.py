@@ -12,16 +12,18 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
 from rest_framework.filters import OrderingFilter
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 
 from fleets.measurements import MeasurementError
 from fleets.models import CalibrationProfile, GpuSku, ModelArchitecture
+from fleets.services import CatalogRowInUse, check_deletable
 from planner import exports, scenario_io, selectors, services
 from planner.api import serializers as s
 from planner.api.errors import error_response
+from planner.api.pagination import ResultsPagination
 from planner.dates import parse_moment
 from planner.models import ShareLink, SizingRun
 from pricing.models import PriceSheet
@@ -81,6 +83,14 @@ def _run_started(request, start) -> Response:
         message = "finished in-process" if run.is_finished else "queued for the workers"
     except services.WorkersUnavailable as exc:
         workers_available, message, run = False, str(exc), exc.run
+    except services.RunQuotaExceeded as exc:
+        errors = exc.message_dict
+        return error_response(
+            errors["runs"][0],
+            errors,
+            code=status.HTTP_429_TOO_MANY_REQUESTS,
+            headers={"Retry-After": str(exc.retry_after_s)},
+        )
     body = {
         "id": run.pk,
         "status": run.status,
@@ -109,7 +119,7 @@ class ScenarioViewSet(viewsets.ModelViewSet):
         if owner := params.get("owner"):
             queryset = queryset.filter(owner__username=owner)
         if tag := params.get("tag"):
-            queryset = queryset.filter(tags__contains=[tag])
+            queryset = selectors.with_tag(queryset, tag)
         if search := params.get("search"):
             queryset = queryset.filter(name__icontains=search)
         archived = params.get("archived", "false")
@@ -180,7 +190,15 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         return queryset
 
     def get_serializer_class(self):
-        return s.RunListSerializer if self.action == "list" else s.RunSerializer
+        return s.RunListSerializer if self.action == "list" else s.RunDetailSerializer
+
+    @extend_schema(responses=s.CandidateResultSerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=ResultsPagination)
+    def results(self, request, pk=None):
+        """The run's per-candidate results, best rank first, paged with limit/offset."""
+        run = self.get_object()
+        page = self.paginate_queryset(run.results.order_by("rank", "candidate_key"))
+        return self.get_paginated_response(s.CandidateResultSerializer(page, many=True).data)
 
     @extend_schema(request=None, responses={202: s.RunStartedSerializer})
     @action(detail=True, methods=["post"])
@@ -224,18 +242,34 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         return response
 
 
-class GpuViewSet(viewsets.ModelViewSet):
-    queryset = GpuSku.objects.all()
-    serializer_class = s.GpuSkuSerializer
+class InUse(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "in use"
+
+
+class CatalogRowViewSet(viewsets.ModelViewSet):
+    """Staff writes; a row that scenarios use as a candidate cannot be deleted (409)."""
+
     permission_classes = [IsStaffOrReadOnly]
 
+    def perform_destroy(self, instance):
+        try:
+            check_deletable(instance)
+        except CatalogRowInUse as exc:
+            raise InUse(exc.messages[0]) from exc
+        instance.delete()
 
-class ModelViewSet(viewsets.ModelViewSet):
+
+class GpuViewSet(CatalogRowViewSet):
+    queryset = GpuSku.objects.all()
+    serializer_class = s.GpuSkuSerializer
+
+
+class ModelViewSet(CatalogRowViewSet):
     """The shared catalog and your imported models (``import/``); staff edit the catalog."""
 
     queryset = ModelArchitecture.objects.all()  # narrowed per user in get_queryset
     serializer_class = s.ModelArchitectureSerializer
-    permission_classes = [IsStaffOrReadOnly]
 
     def get_queryset(self):
         if self.request.user.is_staff:

@@ -114,7 +114,7 @@ def test_docker_compose_file_is_valid():
             cwd=ROOT,
             capture_output=True,
             text=True,
-            env=os.environ | {"SECRET_KEY": "compose-check"},
+            env=os.environ | {"SECRET_KEY": "compose-check", "REDIS_PASSWORD": "compose-check"},
         )
         assert out.returncode == 0, out.stderr
 

@@ -16,6 +16,7 @@ from django.db import connection
 from planner.models import CandidateResult, SizingRun
 from planner.services import sizing_run_start
 from tests.factories import make_scenario
+from tests.reliability.drills import stop  # noqa: F401 (re-exported to the fault tests)
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -94,16 +95,6 @@ def start_worker(broker, name: str, **env) -> subprocess.Popen:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-
-
-def stop(process: subprocess.Popen, sig=signal.SIGTERM) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, sig)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(5)
 
 
 def wait_for(run_id: int, condition, timeout_s: float) -> SizingRun:

@@ -34,6 +34,12 @@ CHROMIUM_ARGS = [
 ]
 PASSWORD = "correct horse battery staple"
 TIMEOUT_MS = 15_000
+# A function, not an expression: Playwright evaluates expressions with eval, which the
+# Content-Security-Policy (script-src 'self') forbids, as it should.
+CHARTS_DRAWN = (
+    "() => document.querySelectorAll('[data-figure]').length >= 3 && "
+    "[...document.querySelectorAll('[data-figure]')].every(d => d.data && d.data.length)"
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -126,10 +132,7 @@ def test_capacity_review_end_to_end(browser, live_server, monkeypatch):
 
     # and the comparison table and charts are rendered, plotly divs holding data traces
     assert page.locator("#results-table tbody tr").count() == run.results.count()
-    page.wait_for_function(
-        "document.querySelectorAll('[data-figure]').length >= 3 && "
-        "[...document.querySelectorAll('[data-figure]')].every(d => d.data && d.data.length)"
-    )
+    page.wait_for_function(CHARTS_DRAWN)
     traces = page.evaluate(
         "Object.fromEntries([...document.querySelectorAll('[data-figure]')]"
         ".map(d => [d.id, d.data.length]))"
@@ -168,7 +171,7 @@ def test_capacity_review_end_to_end(browser, live_server, monkeypatch):
     body = guest.locator("body").inner_text()
     for hidden in ("Edit scenario", "Run again", "reviewer", "Sign out", "Create read-only link"):
         assert hidden not in body
-    guest.wait_for_function("document.querySelector('[data-figure]').data !== undefined")
+    guest.wait_for_function("() => document.querySelector('[data-figure]').data !== undefined")
     _shot(guest, "shared")
 
     # when the owner revokes it / then the guest is refused
