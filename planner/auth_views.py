@@ -221,4 +221,3 @@ class PasswordResetDoneView(auth_views.PasswordResetDoneView):
 
 class PasswordResetCompleteView(auth_views.PasswordResetCompleteView):
     template_name = "registration/password_reset_complete.html"
-
