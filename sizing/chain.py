@@ -29,6 +29,7 @@ from sizing.memory import (
     expert_weight_bytes,
     fit_memory,
     high_precision_params,
+    kv_bytes_per_sequence_per_gpu,
     kv_elements_per_token_layer_per_gpu,
     nonexpert_weight_bytes,
 )
@@ -36,6 +37,8 @@ from sizing.operating import (
     BINDING_NAMES,
     OperatingPoint,
     closed_loop,
+    kv_sequences_live,
+    live_context_tokens,
     slo_operating_point,
 )
 from sizing.specs import (
@@ -380,13 +383,33 @@ def _operating_steps(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: 
     b_rank = q("B_rank", op.batch_per_rank[i], "sequences per DP rank")
     isl, osl = q("isl", op.isl_tokens[i], "tokens"), q("osl", op.osl_tokens[i], "tokens")
     n_chunks = q("n_chunks", op.n_chunks[i], "steps")
+    live = kv_sequences_live(c, fit, op.isl_tokens, op.osl_tokens)
+    s.append(
+        step(
+            "kv_sequences_live",
+            "max(floor(max(kv_budget, 0) / kv_per_live_sequence) * DP, max_concurrency)",
+            [
+                q("kv_budget", fit.kv_budget_bytes_per_gpu[i], "B"),
+                q(
+                    "kv_per_live_sequence",
+                    _kv_per_live_sequence(c, op, i),
+                    "B (prompt + half the output, block-rounded)",
+                ),
+                q("DP", dp, ""),
+                q("max_concurrency", fit.max_concurrency[i], "sequences at the full context"),
+            ],
+            live[i],
+            "sequences",
+            "paged KV holds each sequence's live context, not its final length",
+        )
+    )
     s.append(
         step(
             "batch",
-            "min(concurrency, max_concurrency, max_num_seqs * DP)",
+            "min(concurrency, kv_sequences_live, max_num_seqs * DP)",
             [
                 q("concurrency", op.concurrency[i], "sequences"),
-                q("max_concurrency", fit.max_concurrency[i], "sequences"),
+                q("kv_sequences_live", live[i], "sequences"),
                 q("max_num_seqs", c.max_num_seqs[i], "sequences"),
                 q("DP", dp, ""),
             ],
@@ -995,3 +1018,8 @@ def _analytic_steps(model, traffic, slo, policy, i, sizing, row, op) -> list[Ste
             for name in ("ttft", "tpot")
         ],
     ]
+
+
+def _kv_per_live_sequence(c: CandidateArrays, op: OperatingPoint, i: int) -> float:
+    live = allocated_context(c, live_context_tokens(op.isl_tokens, op.osl_tokens))
+    return float(kv_bytes_per_sequence_per_gpu(c, live)[i])
