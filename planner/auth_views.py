@@ -121,6 +121,29 @@ def throttled_sign_in(view, template: str | None = None):
     return wrapper
 
 
+def throttled_requests(view, bucket: str, per_hour: int = 10):
+    """Wrap a view that mails or sets credentials (password reset, its confirmation, sign-up):
+    at most ``per_hour`` POSTs per address per hour, then 429 with Retry-After."""
+
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if request.method != "POST":
+            return view(request, *args, **kwargs)
+        key = f"account-post:{bucket}:{_address_key(request)}"
+        cache.add(key, 0, 3600)
+        try:
+            used = cache.incr(key)
+        except ValueError:  # expired between add and incr
+            cache.set(key, 1, 3600)
+            used = 1
+        if used > per_hour:
+            return _refusal(request, 3600, None, {})
+        return view(request, *args, **kwargs)
+
+    wrapper.throttled = True
+    return wrapper
+
+
 class ThrottledLoginView(auth_views.LoginView):
     template_name = "registration/login.html"
 
@@ -177,7 +200,7 @@ class SignupForm(AccessibleErrorsMixin, UserCreationForm):
         return email
 
 
-def signup(request):
+def _signup(request):
     """Create an account and sign in; 404 when sign-up is off (``ALLOW_SIGNUP``)."""
     if not settings.ALLOW_SIGNUP:
         raise Http404("Sign-up is off on this server: ask an administrator for an account.")
@@ -202,6 +225,10 @@ class _SetPasswordForm(AccessibleErrorsMixin, SetPasswordForm):
 
 
 class PasswordResetView(auth_views.PasswordResetView):
+    @classmethod
+    def as_view(cls, **initkwargs):
+        return throttled_requests(super().as_view(**initkwargs), "password-reset")
+
     form_class = _ResetForm
     template_name = "registration/password_reset_form.html"
     email_template_name = "registration/password_reset_email.txt"
@@ -210,6 +237,10 @@ class PasswordResetView(auth_views.PasswordResetView):
 
 
 class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
+    @classmethod
+    def as_view(cls, **initkwargs):
+        return throttled_requests(super().as_view(**initkwargs), "password-set")
+
     template_name = "registration/password_reset_confirm.html"
     form_class = _SetPasswordForm
     success_url = reverse_lazy("planner:password_reset_complete")
@@ -221,3 +252,6 @@ class PasswordResetDoneView(auth_views.PasswordResetDoneView):
 
 class PasswordResetCompleteView(auth_views.PasswordResetCompleteView):
     template_name = "registration/password_reset_complete.html"
+
+
+signup = throttled_requests(_signup, "signup")

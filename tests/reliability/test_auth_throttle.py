@@ -132,3 +132,20 @@ def test_no_unthrottled_authentication_view_is_routed():
     assert {"accounts/login/", "admin/login/"} <= set(served)
     unthrottled = [path for path, cb in served.items() if not getattr(cb, "throttled", False)]
     assert unthrottled == []
+
+
+@pytest.mark.django_db
+def test_password_reset_and_sign_up_posts_are_rate_limited_per_address(client, settings):
+    # given an address that posts to the reset and sign-up forms again and again
+    settings.ALLOW_SIGNUP = True
+    reset = [client.post("/accounts/password_reset/", {"email": "x@example.com"}).status_code]
+    reset += [
+        client.post("/accounts/password_reset/", {"email": "x@example.com"}).status_code
+        for _ in range(10)
+    ]
+    signups = [
+        client.post("/accounts/signup/", {"username": f"u{i}"}).status_code for i in range(11)
+    ]
+    # then the 11th of each is refused with 429 (the mailer and the account table are spared)
+    assert 429 not in reset[:10] and reset[10] == 429
+    assert 429 not in signups[:10] and signups[10] == 429
