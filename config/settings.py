@@ -290,7 +290,7 @@ SIZING_BATCH_DELAY_S = float(os.environ.get("SIZING_BATCH_DELAY_S", "0"))
 # --------------------------------------------------------------------------- accounts
 # Sign-up at /accounts/signup/: on by default while DEBUG is on (``make run``), off in
 # production unless ALLOW_SIGNUP says otherwise. Password-reset mail goes to the console
-# unless an SMTP host is configured.
+# while DEBUG is on, unless an SMTP host is configured.
 ALLOW_SIGNUP = env_bool("ALLOW_SIGNUP", DEBUG)
 _email_host = os.environ.get("EMAIL_HOST", "")
 _email_use_ssl = env_bool("EMAIL_USE_SSL", False)  # implicit TLS (port 465); else STARTTLS
@@ -307,8 +307,10 @@ if _email_host:
             "timeout": 10,
         },
     }
-else:
+elif DEBUG:
     _mailer = {"BACKEND": "django.core.mail.backends.console.EmailBackend"}
+else:  # production without EMAIL_HOST: the machine's own mail server (never the console)
+    _mailer = {"BACKEND": "django.core.mail.backends.smtp.EmailBackend"}
 MAILERS = {"default": _mailer}
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "headroom@localhost")
 PASSWORD_RESET_TIMEOUT = int(os.environ.get("PASSWORD_RESET_TIMEOUT", "86400"))  # seconds
