@@ -2,7 +2,7 @@
 
 import pytest
 
-from fleets.models import CalibrationProfile
+from fleets.models import CalibrationProfile, GpuSku
 from tests.factories import UserFactory
 from tests.fleets.test_calibration import measured_csv
 
@@ -15,7 +15,7 @@ def test_calibration_page_lists_profiles_and_fits_an_upload(client, catalog, tmp
     page = client.get("/calibration/")
     assert page.status_code == 200 and b"Calibrate your fleet" in page.content
     assert page.content.count(b"<tr>") >= CalibrationProfile.objects.filter(owner=None).count()
-    gpu = CalibrationProfile.objects.filter(gpu__slug="h100_sxm").first().gpu
+    gpu = GpuSku.objects.get(slug="h100_sxm")  # shipped profiles are per generation
     path = measured_csv(tmp_path / "lab.csv")
     with path.open("rb") as handle:
         done = client.post(
@@ -31,7 +31,7 @@ def test_calibration_upload_refusal_names_line_and_field(client, catalog, tmp_pa
     client.force_login(user)
     bad = tmp_path / "bad.csv"
     bad.write_text("source,model\nx,y\n")
-    gpu = CalibrationProfile.objects.filter(gpu__isnull=False).first().gpu
+    gpu = GpuSku.objects.get(slug="h100_sxm")
     with bad.open("rb") as handle:
         page = client.post(
             "/calibration/", {"file": handle, "gpu": gpu.pk, "engine_family": "vllm"}
