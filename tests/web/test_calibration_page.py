@@ -7,7 +7,7 @@ import re
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from fleets.models import CalibrationProfile
+from fleets.models import CalibrationProfile, GpuSku
 from tests.factories import UserFactory
 from tests.fleets.test_calibration import POINTS, measured_csv
 
@@ -58,7 +58,7 @@ def user_client(client):
 
 @pytest.fixture
 def h100(catalog):
-    return CalibrationProfile.objects.filter(gpu__slug="h100_sxm").first().gpu
+    return GpuSku.objects.get(slug="h100_sxm")  # shipped profiles are per generation
 
 
 def test_calibration_page_states_the_limit_and_fits_a_csv_after_preview(
