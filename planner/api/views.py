@@ -198,7 +198,8 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         """The run's per-candidate results, best rank first, paged with limit/offset."""
         run = self.get_object()
         page = self.paginate_queryset(run.results.order_by("rank", "candidate_key"))
-        return self.get_paginated_response(s.CandidateResultSerializer(page, many=True).data)
+        rows = s.CandidateResultSerializer(page, many=True, context={"inputs": run.inputs})
+        return self.get_paginated_response(rows.data)
 
     @extend_schema(request=None, responses={202: s.RunStartedSerializer})
     @action(detail=True, methods=["post"])
