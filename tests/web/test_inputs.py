@@ -18,6 +18,11 @@ from tests.web.conftest import form_post
 
 NON_LM = {"model_type": "vit", "hidden_size": 768, "image_size": 224}
 
+PER_GPU_PROFILES = (
+    "written for per-GPU shipped profiles; Fidelity v2 ships per-generation profiles: "
+    "rewrite against calibration_profile_choices"
+)
+
 
 def api_for(user) -> APIClient:
     client = APIClient()
@@ -30,7 +35,7 @@ def llama8b_config() -> dict:
 
 
 @pytest.mark.xfail(
-    reason="written for per-GPU shipped profiles; Fidelity v2 ships per-generation profiles (names changed): rewrite against calibration_profile_choices",
+    reason=PER_GPU_PROFILES,
     strict=False,
 )
 def test_models_and_gpus_are_checkbox_lists_and_the_profile_a_choice(owner_client, catalog):
@@ -49,7 +54,7 @@ def test_models_and_gpus_are_checkbox_lists_and_the_profile_a_choice(owner_clien
 
 
 @pytest.mark.xfail(
-    reason="written for per-GPU shipped profiles; Fidelity v2 ships per-generation profiles (names changed): rewrite against calibration_profile_choices",
+    reason=PER_GPU_PROFILES,
     strict=False,
 )
 def test_an_unknown_or_foreign_profile_is_refused_beside_its_field(owner_client, catalog):
@@ -63,7 +68,7 @@ def test_an_unknown_or_foreign_profile_is_refused_beside_its_field(owner_client,
 
 
 @pytest.mark.xfail(
-    reason="written for per-GPU shipped profiles; Fidelity v2 ships per-generation profiles (names changed): rewrite against calibration_profile_choices",
+    reason=PER_GPU_PROFILES,
     strict=False,
 )
 def test_a_pinned_profile_calibrates_its_gpu_in_the_run(catalog, owner):
@@ -85,7 +90,7 @@ def test_a_pinned_profile_calibrates_its_gpu_in_the_run(catalog, owner):
 
 
 @pytest.mark.xfail(
-    reason="written for per-GPU shipped profiles; Fidelity v2 ships per-generation profiles (names changed): rewrite against calibration_profile_choices",
+    reason=PER_GPU_PROFILES,
     strict=False,
 )
 def test_the_api_refuses_an_unknown_profile_by_its_path(catalog, owner):
