@@ -218,6 +218,11 @@ def _calibration(profile: CalibrationProfile):
     )
 
 
+def profile_calibration(profile: CalibrationProfile):
+    """The Calibration one stored profile stands for (used as it is when a scenario pins it)."""
+    return _calibration(profile)
+
+
 def _key(profile: CalibrationProfile):
     from sizing.calibrate import ANY, ProfileKey, generation_key
 

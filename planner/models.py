@@ -237,7 +237,7 @@ class CandidateResult(models.Model):
         max_length=8, default="mean", help_text="What ttft_ms / tpot_ms are: p95, p99, ... or mean."
     )
     profile = models.CharField(max_length=200, blank=True, help_text="Calibration profile used.")
-    nodes = models.PositiveIntegerField(
+    nodes = models.PositiveBigIntegerField(
         null=True, help_text="Whole nodes the replicas pack into (N+k by node included)."
     )
     gpus_per_node = models.PositiveIntegerField(null=True)

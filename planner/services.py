@@ -10,6 +10,7 @@ import copy
 import hashlib
 import logging
 import math
+import re
 import secrets
 from dataclasses import dataclass
 
@@ -269,24 +270,34 @@ def _price_sheet(errors: Errors, data: dict, partial_of: Scenario | None) -> Pri
 
 
 def calibration_profile_choices(owner, gpu_ids=None) -> list[tuple[str, str]]:
-    """(name, label) of the GPU profiles a scenario may pin: the shared fits and the owner's
-    own uploads (a profile pins its own GPU; the other GPUs keep the best match)."""
+    """(name, label) of the profiles a scenario may pin: the shared fits and the owner's own
+    uploads. A GPU profile pins its GPU; a generation profile (no GPU) pins every candidate GPU
+    of that generation; the other GPUs keep the best match. With ``gpu_ids``, only profiles
+    that cover one of those GPUs."""
     from django.db.models import Q
 
+    from fleets.calibration import generation_of
     from fleets.models import CalibrationProfile
 
     visible = Q(owner__isnull=True) | (Q(owner=owner) if owner is not None else Q(pk__in=[]))
-    rows = CalibrationProfile.objects.filter(visible, gpu__isnull=False).select_related("gpu")
+    rows = CalibrationProfile.objects.filter(visible).select_related("gpu")
     if gpu_ids is not None:
-        rows = rows.filter(gpu_id__in=gpu_ids)
+        slugs = GpuSku.objects.filter(pk__in=gpu_ids).values_list("slug", flat=True)
+        generations = {generation_of(slug) for slug in slugs} - {""}
+        rows = rows.filter(Q(gpu_id__in=gpu_ids) | Q(gpu=None, generation__in=generations))
     choices = {}
-    for row in rows.order_by("gpu__name", "name"):
+    for row in rows.order_by("gpu__name", "generation", "name"):
         mine = " (yours)" if row.owner_id else ""
+        place = row.gpu.name if row.gpu_id else f"every {row.get_generation_display()} GPU"
+        engine = row.get_engine_family_display()
+        # an unversioned fit follows the engine's newest release; its name says which
+        newest = re.search(r" (\S+ \(newest\))", row.name)
+        version = f" {row.engine_version}" if row.engine_version else ""
+        version = f" {newest.group(1)}" if newest and not row.engine_version else version
+        precision = f" · {row.precision}" if row.precision else ""
         choices.setdefault(
             row.name,
-            f"{row.gpu.name} · {row.get_engine_family_display()}"
-            f"{' · ' + row.precision if row.precision else ''}{mine} · "
-            f"±{row.relative_error:.0%}",
+            f"{place} · {engine}{version}{precision}{mine} · ±{row.relative_error:.0%}",
         )
     return list(choices.items())
 
@@ -463,24 +474,37 @@ def _calibrations(scenario: Scenario, gpus) -> dict:
     selection, ``fleets.calibration.profile_selector``: the owner's own profile, then the
     shipped ones in their fallback order, then physics defaults). Keys ``slug`` and
     ``slug|precision``; each names its profile."""
-    from fleets.calibration import profile_selector
+    from fleets.calibration import profile_calibration, profile_selector
 
     select = profile_selector(owner=scenario.owner if scenario.owner_id else None)
     pinned = _pinned_profile(scenario)
     out = {}
     for gpu in gpus:
-        key = pinned[1:] if pinned and pinned[0] == gpu.slug else (scenario.engine, "")
-        calibration, label = select(gpu.slug, *key)
+        if pinned is not None and _covers(pinned, gpu):
+            # a pinned profile is used as it is, for every precision of the GPUs it covers
+            calibration = profile_calibration(pinned)
+            for key in [gpu.slug, *(f"{gpu.slug}|{p}" for p in scenario.precisions or [])]:
+                out[key] = snap.to_json(calibration) | {"name": pinned.name}
+            continue
+        calibration, label = select(gpu.slug, scenario.engine, "")
         out[gpu.slug] = snap.to_json(calibration) | {"name": label}
         for precision in scenario.precisions or []:
-            if not (pinned and pinned[0] == gpu.slug):  # a pinned profile serves every precision
-                calibration, label = select(gpu.slug, scenario.engine, precision)
+            calibration, label = select(gpu.slug, scenario.engine, precision)
             out[f"{gpu.slug}|{precision}"] = snap.to_json(calibration) | {"name": label}
     return out
 
 
-def _pinned_profile(scenario: Scenario) -> tuple[str, str, str] | None:
-    """(GPU slug, engine family, precision) of the profile the scenario names, if any."""
+def _covers(profile, gpu: GpuSku) -> bool:
+    """A GPU profile covers its GPU; a generation profile every GPU of its generation."""
+    from fleets.calibration import generation_of
+
+    if profile.gpu_id is not None:
+        return profile.gpu_id == gpu.pk
+    return profile.generation == generation_of(gpu.slug)
+
+
+def _pinned_profile(scenario: Scenario):
+    """The CalibrationProfile row the scenario names (the owner's own first), if any."""
     from django.db.models import Q
 
     from fleets.models import CalibrationProfile
@@ -488,14 +512,11 @@ def _pinned_profile(scenario: Scenario) -> tuple[str, str, str] | None:
     if not scenario.calibration_profile:
         return None
     visible = Q(owner__isnull=True) | Q(owner_id=scenario.owner_id)
-    row = (
+    return (
         CalibrationProfile.objects.filter(visible, name=scenario.calibration_profile)
-        .exclude(gpu=None)
-        .select_related("gpu")
         .order_by(F("owner_id").desc(nulls_last=True), "-created")
         .first()
     )
-    return (row.gpu.slug, row.engine_family, row.precision) if row else None
 
 
 class WorkersUnavailable(RuntimeError):

@@ -335,12 +335,13 @@ def error_band(fleet: Fleet, i: int, relative_error: float) -> tuple[Band, list[
     low = int(headroom.serving_replicas(t.peak_rps, high_x, p.target_utilization, p.burst_factor))
     high = int(headroom.serving_replicas(t.peak_rps, low_x, p.target_utilization, p.burst_factor))
     gpi = int(fleet.gpus_per_replica[i])
-    per_replica_month = float(gpi * fleet.usd_per_gpu_hour[i] * cost.HOURS_PER_MONTH)
-    usd = (
-        ((low + spares) * per_replica_month, (high + spares) * per_replica_month)
-        if per_replica_month > 0
-        else None
-    )
+    price = float(fleet.usd_per_gpu_hour[i])
+
+    def month(replicas: int) -> float:
+        # the fleet's own cost functions, so the band's edge equals the answer to the last bit
+        return float(cost.usd_per_month(cost.usd_per_hour(replicas, gpi, price)))
+
+    usd = (month(low + spares), month(high + spares)) if price > 0 else None
     band = Band(
         relative_error=e,
         replicas=(low + spares, high + spares),

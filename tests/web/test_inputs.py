@@ -18,11 +18,6 @@ from tests.web.conftest import form_post
 
 NON_LM = {"model_type": "vit", "hidden_size": 768, "image_size": 224}
 
-PER_GPU_PROFILES = (
-    "written for per-GPU shipped profiles; Fidelity v2 ships per-generation profiles: "
-    "rewrite against calibration_profile_choices"
-)
-
 
 def api_for(user) -> APIClient:
     client = APIClient()
@@ -34,10 +29,6 @@ def llama8b_config() -> dict:
     return dict(ModelArchitecture.objects.get(slug="llama-3.1-8b").config_json)
 
 
-@pytest.mark.xfail(
-    reason=PER_GPU_PROFILES,
-    strict=False,
-)
 def test_models_and_gpus_are_checkbox_lists_and_the_profile_a_choice(owner_client, catalog):
     html = owner_client.get("/scenarios/new/").content.decode()
     assert "<select multiple" not in html and 'size="8"' not in html
@@ -49,17 +40,15 @@ def test_models_and_gpus_are_checkbox_lists_and_the_profile_a_choice(owner_clien
     assert 'value="llama-3.1-8b"' in html and "Llama 3.1 8B · 8.03B · GQA" in html
     profile = re.search(r'<select name="calibration_profile"[^>]*>(.*?)</select>', html, re.S)
     options = re.findall(r'<option value="([^"]*)"', profile.group(1))
-    assert options[0] == "" and "h100_sxm / vllm" in options
-    assert not [o for o in options if o.startswith("gen:")]  # a pin names one GPU's profile
+    # the shipped profiles are per generation: each says which GPUs it pins
+    assert options[0] == "" and "hopper / vllm 0.21 (newest)" in options
+    assert "every NVIDIA Hopper GPU · vLLM 0.21 (newest) · ±" in unescape(profile.group(1))
+    assert not [o for o in options if o.startswith("gen:")]  # names, not internal keys
 
 
-@pytest.mark.xfail(
-    reason=PER_GPU_PROFILES,
-    strict=False,
-)
 def test_an_unknown_or_foreign_profile_is_refused_beside_its_field(owner_client, catalog):
     response = owner_client.post(
-        "/scenarios/new/", form_post(calibration_profile="b200 / vllm", gpus=["h100_sxm"])
+        "/scenarios/new/", form_post(calibration_profile="blackwell / vllm 0.21 (newest)", gpus=["h100_sxm"])
     )
     assert response.status_code == 400
     assert "is for a GPU not among the GPUs" in response.content.decode()
@@ -67,32 +56,29 @@ def test_an_unknown_or_foreign_profile_is_refused_beside_its_field(owner_client,
     assert response.status_code == 400 and not Scenario.objects.exists()
 
 
-@pytest.mark.xfail(
-    reason=PER_GPU_PROFILES,
-    strict=False,
-)
 def test_a_pinned_profile_calibrates_its_gpu_in_the_run(catalog, owner):
-    # given a vLLM scenario that pins the H100's TensorRT-LLM profile
+    # given a vLLM scenario that pins Hopper's TensorRT-LLM 1.3 profile
+    pinned = "hopper / trtllm 1.3 (newest)"
     scenario = make_scenario(
         owner=owner,
         models=["llama-3.1-8b"],
-        gpus=["H100", "H200"],
+        gpus=["H100", "H200", "B200"],
         precisions=["fp8"],
-        calibration_profile="h100_sxm / trtllm",
+        calibration_profile=pinned,
     )
     run = sizing_run_start(scenario=scenario)
-    # then the H100 uses it and the H200 keeps the best match for vLLM
+    # then both Hopper GPUs use it for every precision, and the B200 keeps its best match
     calibrations = run.inputs["calibrations"]
-    assert calibrations["h100_sxm"]["name"] == "h100_sxm / trtllm"
-    assert calibrations["h200_sxm"]["name"] != "h100_sxm / trtllm"
+    for key in ("h100_sxm", "h100_sxm|fp8", "h200_sxm", "h200_sxm|fp8"):
+        assert calibrations[key]["name"] == pinned, key
+    assert calibrations["b200"]["name"].startswith("blackwell / vllm")
+    trtllm = calibrations["h100_sxm"]
     plain = sizing_run_start(scenario=make_scenario(owner=owner, models=["llama-3.1-8b"]))
-    assert plain.inputs["calibrations"]["h100_sxm"]["name"] == "h100_sxm / vllm"
+    vllm = plain.inputs["calibrations"]["h100_sxm"]
+    assert vllm["name"].startswith("hopper / vllm")
+    assert trtllm != vllm  # the pin changed the constants, not only the label
 
 
-@pytest.mark.xfail(
-    reason=PER_GPU_PROFILES,
-    strict=False,
-)
 def test_the_api_refuses_an_unknown_profile_by_its_path(catalog, owner):
     from planner import scenario_io
     from tests.factories import scenario_data
