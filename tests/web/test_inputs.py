@@ -48,7 +48,8 @@ def test_models_and_gpus_are_checkbox_lists_and_the_profile_a_choice(owner_clien
 
 def test_an_unknown_or_foreign_profile_is_refused_beside_its_field(owner_client, catalog):
     response = owner_client.post(
-        "/scenarios/new/", form_post(calibration_profile="blackwell / vllm 0.21 (newest)", gpus=["h100_sxm"])
+        "/scenarios/new/",
+        form_post(calibration_profile="blackwell / vllm 0.21 (newest)", gpus=["h100_sxm"]),
     )
     assert response.status_code == 400
     assert "is for a GPU not among the GPUs" in response.content.decode()
