@@ -106,7 +106,7 @@ def row_values(row: PlanRow, inputs: dict, candidate_index: int) -> dict:
         "profile": row.profile,
         "evaluated": True,
         "derivation": {
-            "steps": clean_json([step.as_dict() for step in row.derivation]),
+            "steps": [step.as_dict() for step in row.derivation],  # JSON-ready already
             "weights_gb_per_gpu": finite(row.weights_gb_per_gpu),
             "kv_bytes_per_token": finite(row.kv_bytes_per_token),
             "kv_capacity_tokens": finite(row.kv_capacity_tokens),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,28 @@ class Step:
     stage: str = ""  # the chain stage that emitted it (what the UI groups by)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """JSON-ready (NaN and inf become None), keys in field order. Written out rather than
+        ``dataclasses.asdict``: a run serializes ~40 steps per candidate and asdict's deep
+        copy was a sixth of an analytic run's time."""
+        return {
+            "name": self.name,
+            "formula": self.formula,
+            "inputs": [
+                {"name": i.name, "value": _json_number(i.value), "unit": i.unit}
+                for i in self.inputs
+            ],
+            "value": _json_number(self.value),
+            "unit": self.unit,
+            "note": self.note,
+            "kind": self.kind,
+            "stage": self.stage,
+        }
+
+
+def _json_number(value: float | str) -> float | str | None:
+    if isinstance(value, str):
+        return value
+    return value if math.isfinite(value) else None
 
 
 def staged(stage: str, steps) -> list[Step]:
