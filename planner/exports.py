@@ -312,6 +312,10 @@ def _inputs_sheet(book: Workbook, run: SizingRun) -> None:
     ]
     for name, value, fmt in rows:
         _append(sheet, [name, _number_or_text(value)], [None, fmt])
+    for model, price in (inputs.get("api_prices_by_model") or {}).items():
+        keys = ("label", "input_usd_per_mtok", "output_usd_per_mtok")
+        values = [price.get(k) for k in keys] if price else ["none on the sheet"]
+        _append(sheet, [f"api_price {model}", *values], [None, None, USD_RATE, USD_RATE])
     for note in inputs.get("price_notes") or []:
         _append(sheet, ["price_note", note])
     _append(sheet, [])

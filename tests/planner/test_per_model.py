@@ -17,7 +17,7 @@ from openpyxl import load_workbook
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from planner import pipeline
+from planner import exports, pipeline
 from planner.services import api_name_key, sizing_run_start
 from tests.factories import UserFactory, make_scenario
 
@@ -109,6 +109,19 @@ def test_a_model_without_a_sheet_price_says_so_and_borrows_none(catalog):
     assert cell["breakeven"] is None and cell["api_verdict"] is None
     assert cell["api_alternative"]["text"] == mistral["api"]["note"]
     assert grid["llama-3.1-8b"]["api"]["usd_per_mtok"] == pytest.approx(45 / 1300)
+    # and the XLSX lists the API price each model was compared with, and the note
+    book = load_workbook(io.BytesIO(exports.run_xlsx(run)))
+    inputs = {r[0]: r[1:4] for r in book["inputs"].iter_rows(values_only=True) if r[0]}
+    assert inputs["api_price llama-3.1-8b"] == (
+        "DeepInfra meta-llama/Meta-Llama-3.1-8B-Instruct",
+        0.03,
+        0.05,
+    )
+    assert inputs["api_price mistral-7b-v0.1"][0] == "none on the sheet"
+    summary = list(book["summary"].iter_rows(values_only=True))
+    column = summary[0].index("api_alternative")
+    line = next(r for r in summary if str(r[1]).startswith("Mistral 7B v0.1 on H100 SXM"))
+    assert line[0] == "per model" and line[column] == mistral["api"]["note"]
 
 
 def _sentence_run(**overrides):
