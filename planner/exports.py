@@ -312,6 +312,10 @@ def _inputs_sheet(book: Workbook, run: SizingRun) -> None:
     ]
     for name, value, fmt in rows:
         _append(sheet, [name, _number_or_text(value)], [None, fmt])
+    for model, price in (inputs.get("api_prices_by_model") or {}).items():
+        keys = ("label", "input_usd_per_mtok", "output_usd_per_mtok")
+        values = [price.get(k) for k in keys] if price else ["none on the sheet"]
+        _append(sheet, [f"api_price {model}", *values], [None, None, USD_RATE, USD_RATE])
     for note in inputs.get("price_notes") or []:
         _append(sheet, ["price_note", note])
     _append(sheet, [])
@@ -387,9 +391,13 @@ SUMMARY_HEADERS = [
     "hybrid_usd_per_month",
     "price_source",
     "why_none",
+    "api_alternative",
+    "api_verdict",
+    "hybrid_plan",
 ]
 SUMMARY_FORMATS = [None] * 6 + [INT] * 6 + [USD] * 3 + [USD_RATE, RATE, RATE, USD, INT, INT]
 SUMMARY_FORMATS += [FRACTION, USD]
+BEST_FOR_MODEL = " (best for the model)"
 
 
 def _pair(value, index: int):
@@ -434,6 +442,9 @@ def summary_row(scope: str, name: str, entry: dict, inputs: dict) -> list:
         cents(hybrid.get("usd_per_month")),
         quote_label(source) if source else "",
         entry.get("why_none") or "",
+        (entry.get("api_alternative") or {}).get("text") or "",
+        entry.get("api_verdict") or "",
+        (entry.get("hybrid") or {}).get("text") or "",
     ]
 
 
@@ -449,6 +460,21 @@ def _per_model(summary: dict) -> list[tuple[str, dict]]:
     ]
 
 
+def _model_lines(model: str, entry: dict) -> list[tuple[str, str, dict]]:
+    """(scope, name, cell) per cell of a model's grid row, its cheapest cell named so."""
+    cells = entry.get("per_gpu")
+    if not isinstance(cells, list):  # an entry that is itself one recommendation
+        return [("per model", model, entry)]
+    best = (entry.get("best") or {}).get("recommended")
+    lines = []
+    for cell in (c for c in cells if isinstance(c, dict)):
+        name = f"{model} on {cell.get('gpu_name') or cell.get('gpu')}"
+        if best and cell.get("recommended") == best:
+            name += BEST_FOR_MODEL
+        lines.append(("per model", name, cell))
+    return lines
+
+
 def _summary_sheet(book: Workbook, run: SizingRun) -> None:
     summary, inputs = run.summary or {}, run.inputs or {}
     sheet = book.create_sheet("summary", 0)
@@ -460,7 +486,8 @@ def _summary_sheet(book: Workbook, run: SizingRun) -> None:
         row = summary_row(scope, entry.get("gpu_name", ""), entry, inputs)
         _append(sheet, row, SUMMARY_FORMATS)
     for model, entry in _per_model(summary):
-        _append(sheet, summary_row("per model", model, entry, inputs), SUMMARY_FORMATS)
+        for scope, name, cell in _model_lines(model, entry):
+            _append(sheet, summary_row(scope, name, cell, inputs), SUMMARY_FORMATS)
     verdict = run_verdict(run)
     if verdict["nothing"]:
         _append(sheet, ["nothing fits", verdict["nothing"]])

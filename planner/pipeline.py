@@ -2,15 +2,18 @@
 
 1. ``runner.size_candidates``: every candidate through the chain with the analytic
    percentile model (vectorized), each with an optimistic bound on its cost.
-2. Rounds of ``next_to_simulate`` -> ``simulate`` (bound-and-prune per GPU SKU): each round
-   simulates, per GPU, the cheapest analytic candidate not simulated yet whose bound could
-   still beat that GPU's best simulated option; a round with nothing to do ends the search.
+2. Rounds of ``next_to_simulate`` -> ``simulate`` (bound-and-prune per GPU SKU x model): each
+   round simulates, per (GPU, model) group, the cheapest analytic candidate not simulated yet
+   whose bound could still beat that group's best simulated option; a round with nothing to do
+   ends the search. Grouping by model too gives every cell of the model x GPU grid
+   (``summary.per_model``) its own simulated answer, not only each GPU's cheapest model.
    The choice depends only on rows' own numbers, and each simulated row only on its own
    inputs (``tails.cache_key`` seeds it), so a run, a rerun and ``plan`` simulate the same
    candidates and get the same numbers.
 3. ``finish``: rows that were never simulated are marked "not evaluated" (their values
    cleared: they have no answer, only a bound that cannot win), every row is ranked, and each
-   GPU's recommendation is its cheapest *simulated* row meeting the SLO. With tails off
+   GPU's recommendation is its cheapest *simulated* row meeting the SLO (each grid cell's
+   likewise, within its model). With tails off
    (``SIZING_SIMULATE_TAILS``, ``plan --no-tails``) every row keeps its analytic sizing and
    the recommendation says so.
 
@@ -26,11 +29,13 @@ from collections.abc import Callable
 from planner import runner, tails
 from planner import snapshot as snap
 
-#: Candidates simulated per GPU SKU in one round (rounds run one after the other; the GPUs
-#: of a round run in parallel on the workers).
+#: Candidates simulated per (GPU, model) group in one round (rounds run one after the other;
+#: the groups of a round run in parallel on the workers).
 PER_ROUND = 1
-#: At most this many simulated candidates per GPU: past it the rest are "not evaluated".
-MAX_SIMULATED_PER_GPU = 6
+#: At most this many simulated candidates per (GPU, model) group: past it the rest are "not
+#: evaluated". Small because the groups multiply (3 models x 4 GPUs = 12 groups in the typical
+#: scenario) and bound-and-prune rarely needs more than two per group.
+MAX_SIMULATED_PER_GROUP = 3
 VALUE_FIELDS = (
     "ttft_ms",
     "tpot_ms",
@@ -78,20 +83,25 @@ def can_be_simulated(row: dict) -> bool:
     return bool(row["fits"] and (row.get("derivation") or {}).get("bound"))
 
 
+def prune_group(row: dict) -> tuple[str, str]:
+    """The bound-and-prune group of a row: its GPU SKU and model."""
+    return (row["gpu_slug"], row["model_name"])
+
+
 def next_to_simulate(rows: list[dict]) -> list[str]:
     """This round's candidate keys (see the module docstring)."""
-    by_gpu: dict[str, list[dict]] = {}
+    groups: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
-        by_gpu.setdefault(row["gpu_slug"], []).append(row)
+        groups.setdefault(prune_group(row), []).append(row)
     picked: list[str] = []
-    for gpu_rows in by_gpu.values():
-        done = [r for r in gpu_rows if is_simulated(r) or _failed(r)]
-        if len(done) >= MAX_SIMULATED_PER_GPU:
+    for group_rows in groups.values():
+        done = [r for r in group_rows if is_simulated(r) or _failed(r)]
+        if len(done) >= MAX_SIMULATED_PER_GROUP:
             continue
         best = min((_metric(r) for r in done if r["meets_slo"]), default=(math.inf, math.inf))
         open_rows = [
             r
-            for r in gpu_rows
+            for r in group_rows
             if can_be_simulated(r)
             and not is_simulated(r)
             and not _failed(r)
@@ -101,7 +111,7 @@ def next_to_simulate(rows: list[dict]) -> list[str]:
         open_rows.sort(
             key=lambda r: (not r["meets_slo"], _metric(r), _bound_metric(r), r["candidate_key"])
         )
-        room = MAX_SIMULATED_PER_GPU - len(done)
+        room = MAX_SIMULATED_PER_GROUP - len(done)
         picked += [r["candidate_key"] for r in open_rows[: min(PER_ROUND, room)]]
     return picked
 
@@ -168,16 +178,18 @@ def finish(rows: list[dict], tails_on: bool) -> tuple[list[dict], dict[str, str]
 
 
 def _not_evaluated(row: dict, rows: list[dict]) -> None:
-    """Clear a pruned row's values and say why (its bound, and what it could not beat)."""
-    gpu_rows = [r for r in rows if r["gpu_slug"] == row["gpu_slug"] and is_simulated(r)]
-    best = min((_metric(r) for r in gpu_rows if r["meets_slo"]), default=None)
+    """Clear a pruned row's values and say why (its bound, and what its group's best simulated
+    option is: the option it could not beat)."""
+    group = prune_group(row)
+    group_rows = [r for r in rows if prune_group(r) == group and is_simulated(r)]
+    best = min((_metric(r) for r in group_rows if r["meets_slo"]), default=None)
     bound = row["derivation"]["bound"]
     if _failed(row):
         why = f"not evaluated: the simulation failed ({row['derivation']['simulation_error']})"
     elif best is None or not _bound_metric(row) >= best:
         why = (
-            f"not evaluated: the simulation budget for this GPU ({MAX_SIMULATED_PER_GPU} "
-            "candidates) was spent first"
+            "not evaluated: the simulation budget for this model on this GPU "
+            f"({MAX_SIMULATED_PER_GROUP} candidates) was spent first"
         )
     else:
         why = f"not evaluated: cannot beat {_money(best)} (its optimistic bound {_bound(bound)})"
@@ -225,7 +237,7 @@ def summarize(inputs: dict, ranked: list[dict], best: dict[str, str], tails_on: 
             continue
         per_gpu.append({"gpu": slug, "gpu_name": name, **recommendation(row, inputs)})
     overall = next((r for r in ranked if r.get("recommended")), None)
-    return {
+    summary = {
         "candidates": len(ranked),
         "meeting_slo": sum(bool(r["meets_slo"]) for r in ranked),
         "fitting": sum(bool(r["fits"]) for r in ranked),
@@ -237,6 +249,82 @@ def summarize(inputs: dict, ranked: list[dict], best: dict[str, str], tails_on: 
         "price_sheet": inputs.get("price_sheet"),
         "gpus_without_price": inputs.get("gpus_without_price", []),
     }
+    summary["per_model"] = per_model(inputs, ranked, pick_cells(ranked, tails_on))
+    return summary
+
+
+def pick_cells(ranked: list[dict], tails_on: bool) -> dict[tuple[str, str], str]:
+    """Each (model name, GPU) cell's answer: the per-GPU rule within one model, i.e. its
+    first ranked row that meets the SLO and was simulated (any row with tails off)."""
+    cells: dict[tuple[str, str], str] = {}
+    for row in ranked:
+        if row["meets_slo"] and (is_simulated(row) or not tails_on):
+            cells.setdefault((row["model_name"], row["gpu_slug"]), row["candidate_key"])
+    return cells
+
+
+def per_model(inputs: dict, ranked: list[dict], cells: dict[tuple[str, str], str]) -> list[dict]:
+    """The model x GPU grid: per model, per GPU its answer (``recommendation``) or why none,
+    the cheapest cell, and the model's own API alternative with that cell's break-even."""
+    by_key = {r["candidate_key"]: r for r in ranked}
+    out = []
+    for slug, spec in (inputs.get("models") or {}).items():
+        name = spec.get("name", slug)
+        rows = [r for r in ranked if r["model_name"] == name]
+        per_gpu = [
+            _cell(inputs, rows, by_key.get(cells.get((name, gpu), "")), gpu, gpu_name)
+            for gpu, gpu_name in inputs.get("gpu_names", {}).items()
+        ]
+        answered = [c for c in per_gpu if c["recommended"]]
+        best = min(answered, key=_metric, default=None)
+        out.append(
+            {
+                "model": slug,
+                "model_name": name,
+                "per_gpu": per_gpu,
+                "best": best,
+                "api": _model_api(inputs, slug, best),
+            }
+        )
+    return out
+
+
+def _cell(inputs: dict, rows: list[dict], row: dict | None, gpu: str, gpu_name: str) -> dict:
+    if row is None:
+        gpu_rows = [r for r in rows if r["gpu_slug"] == gpu]
+        return {
+            "gpu": gpu,
+            "gpu_name": gpu_name,
+            "recommended": None,
+            "why_none": runner.why_none(gpu_rows, gpu) if gpu_rows else "no candidate",
+        }
+    return {"gpu": gpu, "gpu_name": gpu_name, **recommendation(row, inputs)}
+
+
+def _model_api(inputs: dict, model_slug: str, best: dict | None) -> dict:
+    """The model's API price and where it comes from, with its best cell's break-even."""
+    price = snap.api_price_json(inputs, model_slug)
+    best = best or {}
+    if not price:
+        return {"label": None, "from": None, "note": _no_api_note(inputs, model_slug)}
+    return {
+        **price,
+        "from": "scenario" if inputs.get("api_price") else "price sheet",
+        "usd_per_mtok": (best.get("breakeven") or {}).get("api_usd_per_mtok"),
+        "breakeven": best.get("breakeven"),
+        "verdict": best.get("api_verdict"),
+        "hybrid": best.get("hybrid"),
+        "note": None,
+    }
+
+
+def _no_api_note(inputs: dict, model_slug: str) -> str:
+    name = (inputs.get("models") or {}).get(model_slug, {}).get("name", model_slug)
+    sheet = inputs.get("price_sheet") or {}
+    if "api_prices_by_model" not in inputs:
+        return "no API price given: no break-even"
+    where = f"{sheet['name']} v{sheet['version']}" if sheet else "the price sheet"
+    return f"no API price for {name} on {where}: no break-even (another model's is not used)"
 
 
 def recommendation(row: dict, inputs: dict) -> dict:
@@ -269,4 +357,96 @@ def recommendation(row: dict, inputs: dict) -> dict:
         "price_source": price_source,
         "nodes": row.get("nodes"),
         "gpus_per_node": row.get("gpus_per_node"),
+        **_api_fields(row, inputs, derivation.get("breakeven")),
     }
+
+
+def _model_slug(inputs: dict, candidate_key: str) -> str | None:
+    return next((c["model"] for c in inputs["candidates"] if c["key"] == candidate_key), None)
+
+
+def _api_fields(row: dict, inputs: dict, breakeven: dict | None) -> dict:
+    """What the card says about the API: which one, the plain verdict, the hybrid plan."""
+    slug = _model_slug(inputs, row["candidate_key"])
+    price = snap.api_price_json(inputs, slug)
+    if not price:
+        none = {"label": None, "from": None, "text": _no_api_note(inputs, slug or "")}
+        return {"api_alternative": none, "api_verdict": None, "hybrid": None}
+    blended = (breakeven or {}).get("api_usd_per_mtok")
+    alternative = {
+        "label": price.get("label"),
+        "from": "scenario" if inputs.get("api_price") else "price sheet",
+        "sheet": price.get("sheet"),
+        "usd_per_mtok": blended,
+        "text": f"vs {price.get('label')}"
+        + (f" at {_usd_rate(blended)}/M tokens (blended in/out)" if blended else ""),
+    }
+    policy = inputs.get("policy") or {}
+    spares = int(policy.get("spare_replicas", 0) + policy.get("warm_pool_replicas", 0))
+    return {
+        "api_alternative": alternative,
+        "api_verdict": api_verdict(breakeven),
+        "hybrid": hybrid_plan(breakeven, spares),
+    }
+
+
+def api_verdict(breakeven: dict | None) -> str | None:
+    """The break-even in one sentence, at the scenario's traffic (``sizing.fleet.breakeven``'s
+    numbers: API and self-hosted $/month at the mean rate, the crossing volume)."""
+    if not breakeven:
+        return None
+    api, own = breakeven["api_usd_per_month"], breakeven["selfhost_usd_per_month"]
+    crossing = breakeven.get("crossing_tokens_per_month")  # None: self-hosting never wins
+    if api is None or own is None:
+        return None
+    if api < own:
+        where = (
+            f"self-hosting wins above {_tokens(crossing)}/month"
+            if crossing
+            else "self-hosting never wins at these prices"
+        )
+        return f"the API costs {_usd(api)}/month here: {where}"
+    cheaper = f"self-hosting costs {_usd(own)}/month here, less than the API's {_usd(api)}/month"
+    return f"{cheaper}: it stays cheaper from {_tokens(crossing)}/month up" if crossing else cheaper
+
+
+def hybrid_plan(breakeven: dict | None, spare_replicas: int) -> dict | None:
+    """``breakeven.hybrid`` (self-hosted base + API overflow) with its spares and a sentence."""
+    hybrid = (breakeven or {}).get("hybrid")
+    if not hybrid or hybrid.get("usd_per_month") is None:
+        return None
+    base, share = hybrid["selfhost_replicas"], hybrid["api_token_share"]
+    spares = spare_replicas if base > 0 else 0  # an all-API plan keeps no spares
+    if base == 0:
+        text = f"everything to the API: {_usd(hybrid['usd_per_month'])}/month"
+    else:
+        plus = f" (+{_count(spares, 'spare')})" if spares else ""
+        overflow = f"{_percent(share)} of tokens to the API" if share > 0 else "nothing to the API"
+        cost = _usd(hybrid["usd_per_month"])
+        text = f"self-host {_count(base, 'replica')}{plus}, {overflow}: {cost}/month"
+    return {**hybrid, "spare_replicas": spares, "text": text}
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _percent(share: float) -> str:
+    """0.083 -> "8.3%", 0.5 -> "50%", 0.999 -> "100%"."""
+    value = share * 100
+    return f"{value:.0f}%" if value >= 10 else f"{value:.2g}%"
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.0f}"
+
+
+def _usd_rate(value: float) -> str:
+    return f"${value:,.2f}" if value >= 0.1 else f"${value:.3g}"  # as the ``usd`` filter
+
+
+def _tokens(count: float) -> str:
+    """61.4e9 -> "61 B tokens", 2.5e9 -> "2.5 B tokens", 8e8 -> "800 M tokens"."""
+    value, unit = (count / 1e9, "B") if count >= 1e9 else (count / 1e6, "M")
+    number = f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
+    return f"{number} {unit} tokens"

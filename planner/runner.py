@@ -142,8 +142,10 @@ def size_candidates(inputs: dict, indices) -> list[dict]:
     indices = list(indices)
     candidates = snap.candidates(inputs, indices)
     traffic, slo, policy = snap.traffic(inputs), snap.slo(inputs), snap.policy(inputs)
-    result: Plan = plan(traffic, slo, policy, candidates, snap.api_price(inputs))
-    by_label = {row.label: row for row in result.rows}
+    by_label: dict[str, PlanRow] = {}
+    for slug, group in _by_model(inputs, indices, candidates).items():
+        result: Plan = plan(traffic, slo, policy, group, snap.api_price(inputs, slug))
+        by_label.update((row.label, row) for row in result.rows)
     rows = [by_label[candidate.label] for candidate in candidates]
     bounds = optimistic_bounds(rows, [k.gpu.usd_per_gpu_hour for k in candidates], traffic, policy)
     out = []
@@ -152,6 +154,14 @@ def size_candidates(inputs: dict, indices) -> list[dict]:
         values["derivation"]["bound"] = bound
         out.append(values)
     return out
+
+
+def _by_model(inputs: dict, indices: list[int], candidates: list) -> dict[str, list]:
+    """Candidates grouped by model slug: each model's break-even has its own API price."""
+    groups: dict[str, list] = {}
+    for i, candidate in zip(indices, candidates, strict=True):
+        groups.setdefault(inputs["candidates"][i]["model"], []).append(candidate)
+    return groups
 
 
 #: The simulated capacity per replica has stayed under this multiple of the larger of the

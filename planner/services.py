@@ -34,6 +34,7 @@ from planner.selectors import (
 )
 from pricing.models import ApiTokenPrice, PriceSheet
 from pricing.services import price_sheet_lock
+from sizing.breakeven import api_usd_per_token
 from sizing.specs import (
     ApiPrice,
     EngineSettings,
@@ -387,13 +388,63 @@ def _api_price(scenario: Scenario, sheet: PriceSheet | None) -> ApiPrice | None:
             rows = rows.filter(provider__iexact=scenario.api_provider)
         row = rows.first()
         if row:
-            return ApiPrice(
-                row.input_usd_per_mtok,
-                row.output_usd_per_mtok,
-                row.cached_input_usd_per_mtok,
-                f"{row.provider} {row.model}",
-            )
+            return _sheet_api_price(row)
     return None
+
+
+#: Spelling differences between API price sheets and the catalog that do not change the
+#: model: an org prefix ("meta-llama/"), "Meta-", and "-Instruct" / "-Turbo" suffixes.
+_API_NAME_SUFFIXES = ("-turbo", "-instruct")
+
+
+def api_name_key(name: str) -> str:
+    """A model name reduced so a sheet's API model and a catalog name compare equal
+    ("meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo" and "Llama 3.1 8B" -> "llama-3.1-8b")."""
+    key = name.rsplit("/", 1)[-1].strip().lower().replace("_", "-").replace(" ", "-")
+    key = key.removeprefix("meta-")
+    for suffix in _API_NAME_SUFFIXES:
+        key = key.removesuffix(suffix)
+    return key
+
+
+def _model_name_keys(model: ModelArchitecture) -> set[str]:
+    names = [model.hf_id, model.slug, model.name, *(model.aliases or [])]
+    return {api_name_key(n) for n in names if n}
+
+
+def _api_prices_by_model(models, sheet: PriceSheet | None, traffic: Traffic) -> dict:
+    """Per model slug, the sheet's API price for that model (None when the sheet has none):
+    the break-even alternative when the scenario names no API. Several providers may serve
+    one model; the cheapest at this traffic's input/output mix is the one to beat."""
+    rows = list(ApiTokenPrice.objects.filter(sheet=sheet)) if sheet is not None else []
+    out: dict[str, dict | None] = {}
+    for model in models:
+        keys = _model_name_keys(model)
+        matches = [(_sheet_api_price(r), r) for r in rows if api_name_key(r.model) in keys]
+        if not matches:
+            out[model.slug] = None
+            continue
+        price, row = min(
+            matches, key=lambda m: (api_usd_per_token(m[0], traffic), m[1].provider, m[1].model)
+        )
+        out[model.slug] = snap.to_json(price) | {
+            "provider": row.provider,
+            "model": row.model,
+            "as_of": row.as_of.isoformat(),
+            "sheet": f"{sheet.name} v{sheet.version}",
+            "source": row.source,
+            "matching_rows": len(matches),
+        }
+    return out
+
+
+def _sheet_api_price(row: ApiTokenPrice) -> ApiPrice:
+    return ApiPrice(
+        row.input_usd_per_mtok,
+        row.output_usd_per_mtok,
+        row.cached_input_usd_per_mtok,
+        f"{row.provider} {row.model}",
+    )
 
 
 def build_inputs_snapshot(
@@ -439,6 +490,8 @@ def build_inputs_snapshot(
             )
         ),
         "api_price": snap.to_json(api) if api else None,
+        # the scenario names no API: each model's break-even is against its own sheet price
+        "api_prices_by_model": {} if api else _api_prices_by_model(models, sheet, traffic),
         "engine": snap.to_json(EngineSettings(engine=scenario.engine)),
         "calibrations": _calibrations(scenario, gpus),
         "models": {m.slug: snap.to_json(model_spec(m)) for m in models},

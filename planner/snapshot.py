@@ -52,9 +52,19 @@ def policy(snapshot: dict) -> Policy:
     return _build(Policy, snapshot["policy"])
 
 
-def api_price(snapshot: dict) -> ApiPrice | None:
-    data = snapshot.get("api_price")
+def api_price(snapshot: dict, model_slug: str | None = None) -> ApiPrice | None:
+    """The API a model's self-hosting is compared with: the scenario's when it gives one,
+    else that model's row of the price sheet (``api_prices_by_model``), else None."""
+    data = api_price_json(snapshot, model_slug)
     return _build(ApiPrice, data) if data else None
+
+
+def api_price_json(snapshot: dict, model_slug: str | None = None) -> dict | None:
+    """``api_price``'s source as stored (sheet rows carry provider, model, sheet, as_of)."""
+    given = snapshot.get("api_price")
+    if given or model_slug is None:
+        return given or None
+    return (snapshot.get("api_prices_by_model") or {}).get(model_slug)
 
 
 def gpu_price(snapshot: dict, gpu_slug: str, replica_gpus: int) -> tuple[float, dict | None]:

@@ -153,7 +153,7 @@ def simulated_row(inputs: dict, candidate_index: int, found: dict) -> dict:
         snap.slo(inputs),
         snap.policy(inputs),
         [core],
-        snap.api_price(inputs),
+        snap.api_price(inputs, inputs["candidates"][candidate_index]["model"]),
         capacity=[capacity],
     )
     values = runner.row_values(result.rows[0], inputs, candidate_index)

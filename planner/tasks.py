@@ -165,6 +165,7 @@ def _tails_on(run: SizingRun) -> bool:
 SELECTION_FIELDS = (
     "candidate_key",
     "gpu_slug",
+    "model_name",
     "fits",
     "meets_slo",
     "usd_per_month",
@@ -267,9 +268,10 @@ def rank_and_summarize(run: SizingRun) -> dict:
         by_key[values["candidate_key"]].update({k: v for k, v in values.items()})
     ranked, best = pipeline.finish(rows, _tails_on(run))
     _save_changes(objects, ranked)
-    recommended = {r.candidate_key: r for r in run.results.filter(recommended=True)}
-    for key, obj in recommended.items():
-        by_key[key]["derivation"] = obj.derivation
+    # the summary reads derivations (band, break-even) of each GPU's and each grid cell's answer
+    shown = {*best.values(), *pipeline.pick_cells(ranked, _tails_on(run)).values()}
+    for obj in run.results.filter(candidate_key__in=shown).only("candidate_key", "derivation"):
+        by_key[obj.candidate_key]["derivation"] = obj.derivation
     return pipeline.summarize(run.inputs, ranked, best, _tails_on(run))
 
 

@@ -455,6 +455,8 @@ def run_inputs(run: SizingRun) -> list[tuple[str, str]]:
             f"{api.get('label', '')} ${api.get('input_usd_per_mtok', 0):g} in / "
             f"${api.get('output_usd_per_mtok', 0):g} out per M tokens"
         )
+    elif inputs.get("api_prices_by_model"):
+        api_text = "each model's own API price on the price sheet (see the grid per model)"
     return [
         ("Peak rate (requests/s)", _fmt(traffic.get("peak_rps"))),
         ("Mean rate (requests/s)", _fmt(traffic.get("mean_rps"))),
