@@ -1,10 +1,12 @@
 """Load: N concurrent API clients create and run scenarios against gunicorn + 2 Celery workers.
 
-    python bench/load.py [--clients 20] [--seconds 30] [--json]
+    python bench/load.py [--clients 20] [--seconds 30] [--database headroom_load] [--json]
 
 Loopback only (127.0.0.1), bounded in count and time, stops by itself. Uses its own
-database (headroom_load) on the local PostgreSQL and the local Redis. Reports completed runs,
-errors, 5xx, p50/p95 API latency and runs per second; "lost" runs are those accepted (202)
+database (``--database``, created if missing) on the local PostgreSQL and a queue named after
+it on the local Redis, so two benches side by side do not share work. Reports completed runs,
+errors, 5xx, p50/p95 API latency, runs per second, the drain time (load end to every accepted
+run finished) and ``/healthz`` right after the load; "lost" runs are those accepted (202)
 that never finished.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -43,12 +46,22 @@ os.environ.update(ENV)
 from tests.reliability.drills import LOAD_DOCUMENT as DOCUMENT  # noqa: E402 (one document)
 
 
-def prepare(clients: int) -> list[str]:
+def use_database(name: str) -> None:
+    """Point this process and the servers it starts at database ``name`` and its own queue."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,62}", name):
+        raise SystemExit(f"--database {name!r}: use lower-case letters, digits and _")
+    ENV["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:5432/{name}"
+    ENV["CELERY_TASK_DEFAULT_QUEUE"] = name.replace("_", "-")
+    os.environ.update(ENV)
+
+
+def prepare(clients: int, database: str) -> list[str]:
     import psycopg
 
     with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as c:
-        if not c.execute("select 1 from pg_database where datname='headroom_load'").fetchone():
-            c.execute('create database "headroom_load"')
+        found = "select 1 from pg_database where datname = %s"
+        if not c.execute(found, (database,)).fetchone():
+            c.execute(f'create database "{database}"')  # the name is checked by use_database
     import django
 
     django.setup()
@@ -99,6 +112,8 @@ def client(token: str, deadline: float, log: dict, lock: threading.Lock) -> None
             log["status"].append(status)
             if status == 202:
                 log["runs"].append((token, body["id"]))
+        if status == 429:
+            time.sleep(1)  # RUNS_ACTIVE_PER_USER said wait: a well-behaved client backs off
 
 
 def wait_for_runs(runs: list, timeout_s: float) -> dict[str, int]:
@@ -122,9 +137,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--database", default="headroom_load", help="created if missing")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    tokens = prepare(args.clients)
+    use_database(args.database)
+    tokens = prepare(args.clients, args.database)
     env = os.environ | ENV
     web = subprocess.Popen(
         [
@@ -185,7 +202,10 @@ def main() -> None:
             thread.start()
         for thread in threads:
             thread.join()
-        states = wait_for_runs(log["runs"], timeout_s=180)
+        load_end = time.monotonic()
+        _, _, health_s = call("GET", "/healthz", tokens[0])
+        states = wait_for_runs(log["runs"], timeout_s=600)
+        drain_s = time.monotonic() - load_end
         elapsed = time.monotonic() - started
     finally:
         for process in [web, *workers]:
@@ -197,13 +217,16 @@ def main() -> None:
         "clients": args.clients,
         "seconds": args.seconds,
         "requests": len(latencies),
-        "errors": sum(1 for s in log["status"] if s >= 400),
+        "errors": sum(1 for s in log["status"] if s >= 400 and s != 429),
+        "quota_429": sum(1 for s in log["status"] if s == 429),
         "server_errors_5xx": sum(1 for s in log["status"] if s >= 500),
         "runs_started": len(log["runs"]),
         **{f"runs_{k}": v for k, v in states.items()},
         "p50_api_ms": 1000 * statistics.median(latencies) if latencies else None,
         "p95_api_ms": 1000 * latencies[int(0.95 * (len(latencies) - 1))] if latencies else None,
         "runs_per_s": states["succeeded"] / elapsed,
+        "drain_s": drain_s,
+        "healthz_ms_after_load": 1000 * health_s,
     }
     print(
         json.dumps(result, indent=2)

@@ -11,7 +11,9 @@ a Redis of its own on free loopback ports, gunicorn with DEBUG off, Celery worke
 4. load: N clients creating and running scenarios, then the accepted runs drain.
 
 Needs the PostgreSQL server binaries (initdb, pg_ctl) and redis-server; never touches the
-machine's shared servers. Takes about 10-20 minutes on a 2-core machine.
+machine's shared servers. Takes about 10-20 minutes on a 2-core machine; the README's
+schemathesis rows are ``--only fuzz --examples 50`` (about 8 minutes: 2,000+ cases per
+role). The CI test (tests/api/test_schemathesis.py) keeps a few examples per operation.
 """
 
 from __future__ import annotations

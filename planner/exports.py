@@ -9,6 +9,9 @@
 - Every user- or catalog-supplied text cell is written as a string with the OWASP guard against
   formula injection (a leading ``= + - @`` tab or CR gets a ``'`` in front).
 - Only a finished, successful run exports (``unfinished_reason`` says why not).
+- Memory is bounded by a chunk of rows, not by the run: result rows come from a server-side
+  cursor (``.iterator``); CSV streams as it is written, XLSX is built in openpyxl's write-only
+  mode into a temporary file that is then streamed (``csv_response``, ``xlsx_response``).
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from django.http import FileResponse, StreamingHttpResponse
 from openpyxl import Workbook
-from openpyxl.cell import Cell
+from openpyxl.cell import WriteOnlyCell
 from openpyxl.utils import get_column_letter
 
 from planner.models import CandidateResult, SizingRun
@@ -36,6 +41,13 @@ USD_RATE = '"$"#,##0.0000'
 INT = "#,##0"
 RATE = "#,##0.####"
 FRACTION = "0.0%"
+XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+# rows fetched per round trip from the server-side cursor: a row's derivation JSON is tens
+# of KB once parsed, so 100 rows hold a few MB (500 held about 17 MB)
+RESULT_CHUNK_ROWS = 100
+# CSV text handed to the server at a time: large enough to keep writes few, small enough
+# that a download of any size holds only this much
+CSV_CHUNK_CHARS = 64 * 1024
 
 
 def safe_text(value) -> str:
@@ -210,10 +222,14 @@ def clean_value(value, kind: str):
     return sig(value, 4)
 
 
-def result_rows(run: SizingRun):
-    """Rows of clean cell values, best rank first (text unguarded: the writers guard it)."""
+def result_rows(run: SizingRun, chunk_rows: int = RESULT_CHUNK_ROWS) -> Iterator[list]:
+    """Rows of clean cell values, best rank first (text unguarded: the writers guard it).
+
+    Read through ``.iterator``: a server-side cursor on PostgreSQL, so a run of any size
+    holds ``chunk_rows`` results in memory at a time, never the whole queryset."""
     inputs = run.inputs or {}
-    for result in run.results.order_by("rank", "candidate_key"):
+    results = run.results.order_by("rank", "candidate_key").iterator(chunk_size=chunk_rows)
+    for result in results:
         yield [clean_value(c.get(result, inputs), c.kind) for c in COLUMN_SPECS]
 
 
@@ -225,57 +241,108 @@ def _csv_cell(value):
     return "" if value is None else value
 
 
-def run_csv(run: SizingRun) -> str:
+def csv_chunks(run: SizingRun, chunk_chars: int = CSV_CHUNK_CHARS) -> Iterator[str]:
+    """The CSV as pieces of about ``chunk_chars`` characters, header first, rows as read."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(HEADERS)
     for row in result_rows(run):
         writer.writerow([_csv_cell(v) for v in row])
-    return buffer.getvalue()
+        if buffer.tell() >= chunk_chars:
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue()
+
+
+def run_csv(run: SizingRun) -> str:
+    """The whole CSV as one string (small runs and tests; responses stream ``csv_chunks``)."""
+    return "".join(csv_chunks(run))
+
+
+def _attachment(run: SizingRun, extension: str) -> str:
+    return f'attachment; filename="headroom-run-{run.pk}.{extension}"'
+
+
+def csv_response(run: SizingRun) -> StreamingHttpResponse:
+    """The CSV download, streamed: rows are read and written while the client receives."""
+    response = StreamingHttpResponse(csv_chunks(run), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = _attachment(run, "csv")
+    return response
 
 
 # --------------------------------------------------------------------------- XLSX
 
 
+def _cell(sheet, value, fmt: str | None = None) -> WriteOnlyCell | None:
+    """A cell: text as a guarded string (never a formula), numbers with their format."""
+    if value is None:
+        return None  # write-only mode leaves the cell out: blank, as before
+    cell = WriteOnlyCell(sheet)
+    if isinstance(value, str):
+        cell.value = safe_text(value)
+        cell.data_type = "s"
+        return cell
+    cell.value = value
+    if fmt and isinstance(value, int | float) and not isinstance(value, bool):
+        cell.number_format = fmt
+    return cell
+
+
 def _append(sheet, values: list, formats: list[str | None] | None = None) -> None:
-    """Append a row; text goes in as a string cell (never a formula), numbers formatted."""
-    cells = []
-    for index, value in enumerate(values, start=1):
-        cell = Cell(sheet)
-        cells.append(cell)
-        if isinstance(value, str):
-            cell.value = safe_text(value)
-            cell.data_type = "s"
-        else:
-            cell.value = value
-        fmt = formats[index - 1] if formats and index <= len(formats) else None
-        if fmt and isinstance(value, int | float) and not isinstance(value, bool):
-            cell.number_format = fmt
-    sheet.append(cells)
+    """Append a row of values, formats by position (missing: none)."""
+    formats = formats or []
+    sheet.append(
+        [
+            _cell(sheet, value, formats[index] if index < len(formats) else None)
+            for index, value in enumerate(values)
+        ]
+    )
 
 
-def _widths(sheet, minimum: int = 10, maximum: int = 60) -> None:
-    for index, column in enumerate(sheet.iter_cols(values_only=True), start=1):
-        longest = max((len(str(v)) for v in column if v is not None), default=0)
-        width = min(max(minimum, longest + 2), maximum)
+Row = tuple[list, list[str | None] | None]
+
+
+def _widths(rows: list[Row], minimum: int = 10, maximum: int = 60) -> list[int]:
+    """Column widths from the longest text each column will show (guards included)."""
+    longest: dict[int, int] = {}
+    for values, _ in rows:
+        for index, value in enumerate(values):
+            if value is not None:
+                shown = safe_text(value) if isinstance(value, str) else str(value)
+                longest[index] = max(longest.get(index, 0), len(shown))
+    columns = max(longest, default=-1) + 1
+    return [min(max(minimum, longest.get(i, 0) + 2), maximum) for i in range(columns)]
+
+
+def _set_widths(sheet, widths: list[int]) -> None:
+    """Write-only sheets take column widths before their first row, never after."""
+    for index, width in enumerate(widths, start=1):
         sheet.column_dimensions[get_column_letter(index)].width = width
 
 
+def _write_small_sheet(sheet, rows: list[Row], freeze: str | None = None) -> None:
+    """A sheet of a few dozen rows (inputs, summary): rows first, so widths fit the text."""
+    _set_widths(sheet, _widths(rows))
+    if freeze:
+        sheet.freeze_panes = freeze
+    for values, formats in rows:
+        _append(sheet, values, formats)
+
+
 def _results_sheet(book: Workbook, run: SizingRun) -> None:
-    sheet = book.active
-    sheet.title = "results"
+    """One row at a time from the cursor into the sheet's own temporary file."""
+    sheet = book.create_sheet("results")
+    _set_widths(sheet, [max(10, len(header) + 2) for header in HEADERS])
+    sheet.freeze_panes = "A2"
     _append(sheet, HEADERS)
     formats = [FORMATS.get(kind) for _, kind in COLUMNS]
     for row in result_rows(run):
         _append(sheet, row, formats)
-    for index, header in enumerate(HEADERS, start=1):
-        sheet.column_dimensions[get_column_letter(index)].width = max(10, len(header) + 2)
-    sheet.freeze_panes = "A2"
 
 
 def _inputs_sheet(book: Workbook, run: SizingRun) -> None:
     inputs = run.inputs or {}
-    sheet = book.create_sheet("inputs")
     sheet_info = inputs.get("price_sheet") or {}
     traffic, slo, policy = (inputs.get(k) or {} for k in ("traffic", "slo", "policy"))
     pricing = inputs.get("pricing") or {}
@@ -310,15 +377,13 @@ def _inputs_sheet(book: Workbook, run: SizingRun) -> None:
         ("api_input_usd_per_mtok", api.get("input_usd_per_mtok"), USD_RATE),
         ("api_output_usd_per_mtok", api.get("output_usd_per_mtok"), USD_RATE),
     ]
-    for name, value, fmt in rows:
-        _append(sheet, [name, _number_or_text(value)], [None, fmt])
+    lines: list[Row] = [([name, _number_or_text(value)], [None, fmt]) for name, value, fmt in rows]
     for model, price in (inputs.get("api_prices_by_model") or {}).items():
         keys = ("label", "input_usd_per_mtok", "output_usd_per_mtok")
         values = [price.get(k) for k in keys] if price else ["none on the sheet"]
-        _append(sheet, [f"api_price {model}", *values], [None, None, USD_RATE, USD_RATE])
-    for note in inputs.get("price_notes") or []:
-        _append(sheet, ["price_note", note])
-    _append(sheet, [])
+        lines.append(([f"api_price {model}", *values], [None, None, USD_RATE, USD_RATE]))
+    lines += [(["price_note", note], None) for note in inputs.get("price_notes") or []]
+    lines.append(([], None))
     price_headers = [
         "gpu",
         "replica_gpus",
@@ -333,24 +398,24 @@ def _inputs_sheet(book: Workbook, run: SizingRun) -> None:
         "note",
         "source",
     ]
-    _append(sheet, ["prices"])
-    _append(sheet, price_headers)
+    lines += [(["prices"], None), (price_headers, None)]
     for price in price_rows(inputs):
         quote = price["quote"] or {}
-        _append(
-            sheet,
-            [
-                price["gpu"],
-                price["replica_gpus"],
-                sig(quote.get("usd_per_gpu_hour"), 6),
-                *(quote.get(k) for k in ("provider", "instance", "gpus_per_instance")),
-                *(quote.get(k, "") for k in ("region", "tier", "as_of", "sheet")),
-                quote.get("note", "") if quote else "no price",
-                quote.get("source", ""),
-            ],
-            [None, INT, USD_RATE, None, None, INT],
+        lines.append(
+            (
+                [
+                    price["gpu"],
+                    price["replica_gpus"],
+                    sig(quote.get("usd_per_gpu_hour"), 6),
+                    *(quote.get(k) for k in ("provider", "instance", "gpus_per_instance")),
+                    *(quote.get(k, "") for k in ("region", "tier", "as_of", "sheet")),
+                    quote.get("note", "") if quote else "no price",
+                    quote.get("source", ""),
+                ],
+                [None, INT, USD_RATE, None, None, INT],
+            )
         )
-    _widths(sheet)
+    _write_small_sheet(book.create_sheet("inputs"), lines)
 
 
 def _hourly(traffic: dict) -> str:
@@ -477,24 +542,21 @@ def _model_lines(model: str, entry: dict) -> list[tuple[str, str, dict]]:
 
 def _summary_sheet(book: Workbook, run: SizingRun) -> None:
     summary, inputs = run.summary or {}, run.inputs or {}
-    sheet = book.create_sheet("summary", 0)
-    _append(sheet, SUMMARY_HEADERS)
+    lines: list[Row] = [(SUMMARY_HEADERS, None)]
     best = summary.get("best")
     for entry in summary.get("per_gpu") or []:
         scope = "best overall" if best and entry.get("recommended") == best else "per GPU"
         entry = entry | _recommended_fields(run, entry)
         row = summary_row(scope, entry.get("gpu_name", ""), entry, inputs)
-        _append(sheet, row, SUMMARY_FORMATS)
+        lines.append((row, SUMMARY_FORMATS))
     for model, entry in _per_model(summary):
         for scope, name, cell in _model_lines(model, entry):
-            _append(sheet, summary_row(scope, name, cell, inputs), SUMMARY_FORMATS)
+            lines.append((summary_row(scope, name, cell, inputs), SUMMARY_FORMATS))
     verdict = run_verdict(run)
     if verdict["nothing"]:
-        _append(sheet, ["nothing fits", verdict["nothing"]])
-    for warning in verdict["warnings"]:
-        _append(sheet, ["warning", warning])
-    _widths(sheet)
-    sheet.freeze_panes = "A2"
+        lines.append((["nothing fits", verdict["nothing"]], None))
+    lines += [(["warning", warning], None) for warning in verdict["warnings"]]
+    _write_small_sheet(book.create_sheet("summary", 0), lines, freeze="A2")
 
 
 def _recommended_fields(run: SizingRun, entry: dict) -> dict:
@@ -514,14 +576,48 @@ def _recommended_fields(run: SizingRun, entry: dict) -> dict:
     return out
 
 
-def run_xlsx(run: SizingRun) -> bytes:
-    book = Workbook()
+def xlsx_file(run: SizingRun):
+    """The workbook in an anonymous temporary file, positioned at its start (the caller
+    closes it, which deletes it). Write-only mode streams each sheet's rows to disk as they
+    are appended, so building it holds a row at a time, not the run."""
+    book = Workbook(write_only=True)
     _results_sheet(book, run)
     _summary_sheet(book, run)
     _inputs_sheet(book, run)
-    buffer = io.BytesIO()
-    book.save(buffer)
-    return buffer.getvalue()
+    file = tempfile.TemporaryFile(suffix=".xlsx")  # noqa: SIM115 (outlives us: the caller closes)
+    try:
+        book.save(file)
+    except BaseException:
+        file.close()
+        raise
+    file.seek(0)
+    return file
 
 
-__all__ = ["COLUMNS", "HEADERS", "run_csv", "run_xlsx", "unfinished_reason", "safe_text"]
+def run_xlsx(run: SizingRun) -> bytes:
+    """The whole workbook as bytes (small runs and tests; responses stream ``xlsx_file``)."""
+    with xlsx_file(run) as file:
+        return file.read()
+
+
+def xlsx_response(run: SizingRun) -> FileResponse:
+    """The XLSX download, streamed from the temporary file, which closing the response
+    deletes."""
+    response = FileResponse(xlsx_file(run), content_type=XLSX_TYPE)
+    response["Content-Disposition"] = _attachment(run, "xlsx")
+    return response
+
+
+__all__ = [
+    "COLUMNS",
+    "HEADERS",
+    "XLSX_TYPE",
+    "csv_chunks",
+    "csv_response",
+    "run_csv",
+    "run_xlsx",
+    "safe_text",
+    "unfinished_reason",
+    "xlsx_file",
+    "xlsx_response",
+]

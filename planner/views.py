@@ -12,7 +12,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.db.models import OuterRef, Q, Subquery
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -36,7 +36,6 @@ from planner.verdicts import run_verdict
 from pricing.quotes import label as quote_label
 
 MAX_TABLE_ROWS = 500
-XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
 
 def home(request):
@@ -257,20 +256,16 @@ def _unfinished(run: SizingRun) -> HttpResponse | None:
     return HttpResponse(reason, status=409, content_type="text/plain; charset=utf-8")
 
 
-def _csv_response(run: SizingRun) -> HttpResponse:
+def _csv_response(run: SizingRun) -> HttpResponseBase:
     if refused := _unfinished(run):
         return refused
-    response = HttpResponse(exports.run_csv(run), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="headroom-run-{run.pk}.csv"'
-    return response
+    return exports.csv_response(run)
 
 
-def _xlsx_response(run: SizingRun) -> HttpResponse:
+def _xlsx_response(run: SizingRun) -> HttpResponseBase:
     if refused := _unfinished(run):
         return refused
-    response = HttpResponse(exports.run_xlsx(run), content_type=XLSX_TYPE)
-    response["Content-Disposition"] = f'attachment; filename="headroom-run-{run.pk}.xlsx"'
-    return response
+    return exports.xlsx_response(run)
 
 
 @login_required
@@ -344,7 +339,7 @@ def _shared_run(token: str) -> tuple[ShareLink, SizingRun]:
     return link, run
 
 
-def _private(response: HttpResponse) -> HttpResponse:
+def _private(response: HttpResponseBase) -> HttpResponseBase:
     response["Cache-Control"] = "no-store"
     response["Referrer-Policy"] = "no-referrer"
     response["X-Robots-Tag"] = "noindex, nofollow"

@@ -6,7 +6,6 @@ import datetime as dt
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import OuterRef, Q, Subquery
-from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
@@ -217,9 +216,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         run = self.get_object()
         if reason := exports.unfinished_reason(run):
             return error_response(reason, code=409)
-        response = HttpResponse(exports.run_csv(run), content_type="text/csv; charset=utf-8")
-        response["Content-Disposition"] = f'attachment; filename="headroom-run-{run.pk}.csv"'
-        return response
+        return exports.csv_response(run)
 
     @extend_schema(
         responses={
@@ -235,12 +232,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         run = self.get_object()
         if reason := exports.unfinished_reason(run):
             return error_response(reason, code=409)
-        response = HttpResponse(
-            exports.run_xlsx(run),
-            content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-        )
-        response["Content-Disposition"] = f'attachment; filename="headroom-run-{run.pk}.xlsx"'
-        return response
+        return exports.xlsx_response(run)
 
 
 class InUse(APIException):

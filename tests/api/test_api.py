@@ -72,13 +72,13 @@ def test_create_run_poll_and_export(catalog, api):
     history = api.get(f"/api/v1/scenarios/{scenario['id']}/runs/").json()
     assert history["count"] == 1 and history["results"][0]["id"] == run_id
     # and the exports carry stable columns with units
-    csv_text = api.get(f"/api/v1/runs/{run_id}/export.csv").content.decode()
+    csv_text = api.get(f"/api/v1/runs/{run_id}/export.csv").getvalue().decode()
     header = csv_text.splitlines()[0].split(",")
     assert {"usd_per_month", "ttft_ms", "tpot_ms", "usd_per_mtok_output"} <= set(header)
     assert len(csv_text.splitlines()) == run["candidate_count"] + 1
     xlsx = api.get(f"/api/v1/runs/{run_id}/export.xlsx")
     assert xlsx["Content-Type"].startswith("application/vnd.openxmlformats")
-    sheet = load_workbook(io.BytesIO(xlsx.content))["results"]
+    sheet = load_workbook(io.BytesIO(xlsx.getvalue()))["results"]
     assert [c.value for c in sheet[1]] == header
 
 

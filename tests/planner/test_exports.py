@@ -1,15 +1,20 @@
 """Exports for finance, read back with openpyxl: sheets, formats, rounding, formula guard, 409."""
 
+import copy
 import csv
 import io
+import tracemalloc
 
 import pytest
+from django.db import connection
+from django.http import FileResponse, StreamingHttpResponse
+from django.test.utils import CaptureQueriesContext
 from openpyxl import load_workbook
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from planner import exports
-from planner.models import SizingRun
+from planner.models import CandidateResult, SizingRun
 from planner.services import share_link_create, sizing_run_start
 from tests.factories import UserFactory, make_scenario
 
@@ -135,6 +140,102 @@ def test_anonymous_share_export_is_guarded_too(finished, client):
     )
     answer = client.get(f"/s/{token}/export.xlsx")
     assert answer.status_code == 200
-    book = load_workbook(io.BytesIO(answer.content))
+    book = load_workbook(io.BytesIO(answer.getvalue()))
     scenario = next(r for r in book["inputs"].iter_rows() if r[0].value == "scenario")[1]
     assert scenario.value == "'" + EVIL
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+def _grow(run: SizingRun, rows: int) -> SizingRun:
+    """Copy the run's result rows (new candidate keys, same values) until it holds ``rows``."""
+    template = list(run.results.order_by("rank", "candidate_key"))
+    copies = []
+    for index in range(len(template), rows):  # numbered on from the rows there: keys unique
+        row = copy.copy(template[index % len(template)])
+        row.pk, row.candidate_key = None, f"{row.candidate_key}#copy{index}"
+        copies.append(row)
+    CandidateResult.objects.bulk_create(copies, batch_size=1000)
+    return run
+
+
+def _peak_bytes(work) -> int:
+    """tracemalloc's peak while ``work()`` runs."""
+    tracemalloc.start()
+    try:
+        work()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _send(response) -> None:
+    """Consume a streamed body chunk by chunk and drop each, as a server sends it."""
+    for _ in response:
+        pass
+    # not response.close(): it sends request_finished, which closes the test's connection
+    if isinstance(response, FileResponse):
+        response.file_to_stream.close()
+
+
+def _reads_results(queries) -> bool:
+    return any('FROM "planner_candidateresult"' in q["sql"] for q in queries)
+
+
+def test_csv_download_streams_rows_as_it_reads_them(finished, client):
+    """The views answer with a StreamingHttpResponse that has not read a result row yet;
+    the rows are read from the cursor while the body is consumed."""
+    _grow(finished, 600)
+    client.force_login(finished.scenario.owner)
+    api = APIClient()
+    api.force_authenticate(finished.scenario.owner)
+    _, token = share_link_create(
+        user=finished.scenario.owner, scenario=finished.scenario, run=finished
+    )
+    for who, url in [
+        (client, f"/runs/{finished.pk}/export.csv"),
+        (api, f"/api/v1/runs/{finished.pk}/export.csv"),
+        (client, f"/s/{token}/export.csv"),
+    ]:
+        with CaptureQueriesContext(connection) as answering:
+            answer = who.get(url)
+        assert isinstance(answer, StreamingHttpResponse), url
+        assert answer["Content-Disposition"] == (
+            f'attachment; filename="headroom-run-{finished.pk}.csv"'
+        )
+        assert not _reads_results(answering.captured_queries), url
+        with CaptureQueriesContext(connection) as streaming:
+            chunks = list(answer.streaming_content)
+        assert _reads_results(streaming.captured_queries), url
+        assert len(chunks) > 2  # sent in pieces, not as one body
+        rows = list(csv.DictReader(io.StringIO(b"".join(chunks).decode())))
+        assert len(rows) == 600 and rows[0]["model"].startswith("'@SUM"), url
+
+
+def test_csv_memory_grows_far_less_than_the_run(finished):
+    """Ten times the rows costs nowhere near ten times the memory: a chunk of rows is held,
+    never the queryset (before streaming, the peak grew with every row)."""
+    _grow(finished, 100)
+    small = _peak_bytes(lambda: _send(exports.csv_response(finished)))
+    _grow(finished, 1000)
+    large = _peak_bytes(lambda: _send(exports.csv_response(finished)))
+    assert large < 2 * small, (small, large)
+
+
+def test_xlsx_download_is_a_file_built_in_write_only_mode(finished, client):
+    """The workbook is written row by row into a temporary file that the response streams;
+    ten times the rows costs nowhere near ten times the memory."""
+    client.force_login(finished.scenario.owner)
+    answer = client.get(f"/runs/{finished.pk}/export.xlsx")
+    assert isinstance(answer, FileResponse)
+    assert answer["Content-Type"] == exports.XLSX_TYPE
+    assert answer["Content-Disposition"] == (
+        f'attachment; filename="headroom-run-{finished.pk}.xlsx"'
+    )
+    assert int(answer["Content-Length"]) == len(answer.getvalue())
+    _grow(finished, 100)
+    small = _peak_bytes(lambda: _send(exports.xlsx_response(finished)))
+    _grow(finished, 1000)
+    large = _peak_bytes(lambda: _send(exports.xlsx_response(finished)))
+    assert large < 2 * small, (small, large)

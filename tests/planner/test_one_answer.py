@@ -196,7 +196,7 @@ def test_every_door_shows_the_same_row(catalog, client):
         for r in client.get(f"/api/v1/runs/{run.pk}/results/", {"limit": 1000}).json()["results"]
     }
     planned = {r["candidate_key"]: r for r in plan_inputs(run.inputs, tails_on=False)["rows"]}
-    text = client.get(f"/api/v1/runs/{run.pk}/export.csv").content.decode()
+    text = client.get(f"/api/v1/runs/{run.pk}/export.csv").getvalue().decode()
     exported = list(csv.DictReader(io.StringIO(text)))
     for key, row in api_rows.items():
         assert _values(row) == _values(planned[key]), key

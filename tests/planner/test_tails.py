@@ -40,18 +40,20 @@ def _rows(run: SizingRun) -> dict:
 
 
 def test_typical_scenario_recommends_only_simulated_rows(catalog):
-    # given the typical scenario (3 models x 4 GPUs, 144 candidates), run in-process
+    # given a scenario of 2 models x 2 GPUs (4 prune groups; bench/scenarios.py times the
+    # 144-candidate typical one), run in-process
     started = time.process_time()
-    run = sizing_run_start(scenario=make_scenario())
-    # ~22 simulations (12 prune groups), ~60 s of CPU on a 2-CPU box; CPU time, not wall
-    # time, so a busy machine does not fail it (workers run a round's groups in parallel)
+    run = sizing_run_start(
+        scenario=make_scenario(models=["llama-3.1-8b", "Qwen3-32B"], gpus=["H100", "L40S"])
+    )
+    # CPU time, not wall time, so a busy machine does not fail it
     cpu_s = time.process_time() - started
     assert run.status == SizingRun.Status.SUCCEEDED and run.progress == 100, run.error
     assert cpu_s < 120, cpu_s
     rows = list(run.results.all())
     simulated = [r for r in rows if r.latency_source == "simulated"]
     groups = {(r.gpu_slug, r.model_name) for r in rows}
-    assert len(groups) == 12  # 4 GPUs x 3 models: the bound-and-prune groups
+    assert len(groups) == 4  # 2 GPUs x 2 models: the bound-and-prune groups
     assert simulated and len(simulated) <= pipeline.MAX_SIMULATED_PER_GROUP * len(groups)
     # then every row names its latency source, statistic and profile
     assert {r.latency_source for r in rows} <= {"simulated", "analytic"}

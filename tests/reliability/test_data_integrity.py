@@ -31,7 +31,8 @@ def _all_finite(value) -> bool:
 @pytest.mark.tails  # the simulated rows must reproduce too
 def test_recomputing_a_run_from_its_snapshot_matches_exactly(catalog):
     # given a finished run, simulated as in production
-    run = sizing_run_start(scenario=make_scenario(models=["llama-3.1-8b", "Qwen3-32B"]))
+    scenario = make_scenario(models=["llama-3.1-8b", "Qwen3-32B"], gpus=["H100", "L40S"])
+    run = sizing_run_start(scenario=scenario)
     assert run.status == SizingRun.Status.SUCCEEDED
     # when its inputs snapshot is recomputed through the pipeline with an empty cache (every
     # simulation is redone from its seed)

@@ -323,10 +323,10 @@ def test_run_when_workers_are_down_says_so_and_shows_the_queued_run(
 def test_csv_and_xlsx_downloads_reuse_the_exports(owner_client, run):
     csv = owner_client.get(f"/runs/{run.pk}/export.csv")
     assert csv["Content-Type"].startswith("text/csv")
-    assert csv.content.decode().splitlines()[0].startswith("rank,recommended,model,gpu")
+    assert csv.getvalue().decode().splitlines()[0].startswith("rank,recommended,model,gpu")
     xlsx = owner_client.get(f"/runs/{run.pk}/export.xlsx")
     assert xlsx["Content-Type"].startswith("application/vnd.openxmlformats")
-    assert xlsx.content[:2] == b"PK"
+    assert xlsx.getvalue()[:2] == b"PK"
 
 
 # --------------------------------------------------------------------------- compare
