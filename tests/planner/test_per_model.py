@@ -173,7 +173,7 @@ def test_when_self_hosting_is_cheaper_the_card_says_that_and_the_xlsx_carries_it
     )
     # when finance downloads the XLSX
     response = _api_client(owner).get(f"/api/v1/runs/{run.pk}/export.xlsx")
-    sheet = load_workbook(io.BytesIO(response.content))["summary"]
+    sheet = load_workbook(io.BytesIO(response.getvalue()))["summary"]
     rows = [list(r) for r in sheet.iter_rows(values_only=True)]
     head, lines = rows[0], {(r[0], r[1]): dict(zip(rows[0], r, strict=False)) for r in rows[1:]}
     assert head[-3:] == ["api_alternative", "api_verdict", "hybrid_plan"]
