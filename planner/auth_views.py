@@ -129,14 +129,7 @@ def throttled_requests(view, bucket: str, per_hour: int = 10):
     def wrapper(request, *args, **kwargs):
         if request.method != "POST":
             return view(request, *args, **kwargs)
-        key = f"account-post:{bucket}:{_address_key(request)}"
-        cache.add(key, 0, 3600)
-        try:
-            used = cache.incr(key)
-        except ValueError:  # expired between add and incr
-            cache.set(key, 1, 3600)
-            used = 1
-        if used > per_hour:
+        if _count_this_hour(f"account-post:{bucket}:{_address_key(request)}") > per_hour:
             return _refusal(request, 3600, None, {})
         return view(request, *args, **kwargs)
 
@@ -155,6 +148,16 @@ class ThrottledLoginView(auth_views.LoginView):
         return throttled_sign_in(super().as_view(**initkwargs), cls.template_name)
 
 
+def _count_this_hour(key: str) -> int:
+    """One more use under ``key`` in an hour-long window; returns the count so far."""
+    cache.add(key, 0, 3600)
+    try:
+        return cache.incr(key)
+    except ValueError:  # expired between add and incr
+        cache.set(key, 1, 3600)
+        return 1
+
+
 def rate_limited(bucket: str, per_hour_setting: str):
     """Per-user rate limit for account actions that mint credentials (API token regeneration)."""
 
@@ -163,13 +166,7 @@ def rate_limited(bucket: str, per_hour_setting: str):
         def wrapper(request, *args, **kwargs):
             if request.method != "POST" or not request.user.is_authenticated:
                 return view(request, *args, **kwargs)
-            key = f"account-rate:{bucket}:{request.user.pk}"
-            cache.add(key, 0, 3600)
-            try:
-                used = cache.incr(key)
-            except ValueError:  # expired between add and incr
-                cache.set(key, 1, 3600)
-                used = 1
+            used = _count_this_hour(f"account-rate:{bucket}:{request.user.pk}")
             if used > getattr(settings, per_hour_setting):
                 return _refusal(request, 3600, None, {})
             return view(request, *args, **kwargs)
