@@ -6,7 +6,7 @@ import uuid
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models
+from django.db import connection, models
 
 from fleets.models import GpuSku, ModelArchitecture
 from pricing.models import PriceSheet
@@ -288,3 +288,21 @@ class SimulationCache(models.Model):
 
     def __str__(self) -> str:
         return self.key[:12]
+
+
+def update_rows(model, objs: list, fields: tuple[str, ...]) -> None:
+    """``UPDATE ... SET <fields> WHERE pk = %s`` once per object, sent as one executemany
+    (psycopg pipelines it). Django's ``bulk_update`` builds a CASE per field per row and
+    resolves an expression for each: 2 s of a 6 s run for 144 rows, this is ~0.1 s."""
+    columns = [model._meta.get_field(f) for f in fields]
+    quote = connection.ops.quote_name
+    sets = ", ".join(f"{quote(col.column)} = %s" for col in columns)
+    sql = (
+        f"UPDATE {quote(model._meta.db_table)} SET {sets} WHERE {quote(model._meta.pk.column)} = %s"
+    )
+    params = [
+        [col.get_db_prep_save(getattr(obj, col.attname), connection) for col in columns] + [obj.pk]
+        for obj in objs
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)

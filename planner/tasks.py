@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from planner import broker, pipeline, runner
 from planner.cache import DatabaseCache
-from planner.models import CandidateResult, SizingRun
+from planner.models import CandidateResult, SizingRun, update_rows
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +288,7 @@ def _save_changes(objects: dict[str, CandidateResult], ranked: list[dict]) -> No
         if changed:
             groups.setdefault(changed, []).append(obj)
     for fields, objs in groups.items():
-        CandidateResult.objects.bulk_update(objs, list(fields), batch_size=500)
+        update_rows(CandidateResult, objs, fields)
 
 
 @shared_task(**TASK_OPTIONS)

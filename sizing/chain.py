@@ -915,6 +915,8 @@ def _capacity_stage(c, fit, sp, traffic, slo, policy, tails, given) -> _Stage:
         traffic.prompt_tokens_p95,
         traffic.output_tokens_p95,
     )
+    if all(g is not None for g in given):  # every capacity given (simulated): no analytic search
+        return _given_stage(given, traffic, statistic)
     model = TailModel(c, fit, lengths, tails)
     rate, tail_binding = model.max_rate(slo)
     serving = headroom.serving_replicas(
@@ -935,7 +937,7 @@ def _capacity_stage(c, fit, sp, traffic, slo, policy, tails, given) -> _Stage:
             binding.append(g.binding)
             source.append(g.source)
             steps.append(list(g.steps))
-            residence[i] = (g.latency_ms["ttft"]["p50"] + osl_ms(traffic, g)) / 1e3
+            residence[i] = _given_residence_s(traffic, g)
             continue
         row = {
             name: {percentile_key(q): float(values[q][i] * 1e3) for q in quantiles}
@@ -954,6 +956,25 @@ def _capacity_stage(c, fit, sp, traffic, slo, policy, tails, given) -> _Stage:
     return _Stage(
         rates, residence, latency, np.array(meets, dtype=bool), binding, source, statistic, steps
     )
+
+
+def _given_stage(given: list[Capacity], traffic: Traffic, statistic: str) -> _Stage:
+    """The stage when every row's capacity comes from elsewhere (the simulator)."""
+    return _Stage(
+        np.array([g.rate_rps for g in given], dtype=np.float64),
+        np.array([_given_residence_s(traffic, g) for g in given]),
+        [g.latency_ms for g in given],
+        np.array([g.meets_slo for g in given], dtype=bool),
+        [g.binding for g in given],
+        [g.source for g in given],
+        statistic,
+        [list(g.steps) for g in given],
+    )
+
+
+def _given_residence_s(traffic: Traffic, given: Capacity) -> float:
+    """Little's-law residence of a request at a given capacity: median TTFT + decode (s)."""
+    return (given.latency_ms["ttft"]["p50"] + osl_ms(traffic, given)) / 1e3
 
 
 def osl_ms(traffic: Traffic, given: Capacity) -> float:
