@@ -236,3 +236,54 @@ def test_mean_value_ttft_of_one_multi_chunk_prompt_matches_the_simulator(isl):
     # then they agree within 1 % (the last chunk holds only the prompt's remainder; the
     # simulator's step-time grid rounds by up to ~1 %); it was +79 % at 9,000 tokens
     assert mean_value == pytest.approx(simulated, rel=0.01)
+
+
+RESULT_ARRAYS = ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "series_t_s", "queue_len", "running")
+
+
+@pytest.mark.parametrize(
+    "workload, engine, covered_share",
+    [
+        # light open-loop load: long decode-only stretches between arrivals
+        (Workload(LengthDist(1000, "lognormal", 3000), LengthDist(200, "lognormal", 600),
+                  requests=600, rate_rps=3.0, seed=5, warmup_requests=50), None, 0.5),
+        # closed loop through a front-end delay (re-sends wait in ``pending``)
+        (Workload(LengthDist(800), LengthDist(300), requests=300, concurrency=6, seed=1),
+         None, 0.5),
+        # a KV pool small enough that stretches end in a preemption
+        (Workload(LengthDist(200), LengthDist(300), requests=60, concurrency=8, seed=2),
+         SimEngine(max_num_seqs=64, max_num_batched_tokens=2048, kv_blocks=40), 0.01),
+    ],
+)  # fmt: skip
+def test_decode_only_stretches_run_as_arrays_with_identical_results(
+    workload, engine, covered_share, monkeypatch
+):
+    # given a candidate with a front end, simulated step by step
+    from sizing import simulate as sim
+    from sizing.specs import Calibration
+
+    c = CandidateArrays.build(
+        LLAMA_8B, H100, "fp8", calibration=Calibration(frontend_latency_s=0.02)
+    )
+    monkeypatch.setattr(sim, "FAST_FORWARD_MIN_STEPS", 10**9)
+    plain = simulate(c, workload, engine)
+    # when the decode-only stretches are fast-forwarded (counting the steps they cover)
+    monkeypatch.setattr(sim, "FAST_FORWARD_MIN_STEPS", 12)
+    covered = []
+    original = sim._Sim._fast_forward
+
+    def counting(self):
+        before = self.step
+        done = original(self)
+        covered.append(self.step - before if done else 0)
+        return done
+
+    monkeypatch.setattr(sim._Sim, "_fast_forward", counting)
+    fast = simulate(c, workload, engine)
+    # then many steps were covered at once, and every number is bit-identical
+    assert sum(covered) > covered_share * plain.steps
+    for name in RESULT_ARRAYS + ("kv_used_fraction",):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(plain, name))
+    assert (fast.steps, fast.preemptions, fast.longest_step_s) == (
+        plain.steps, plain.preemptions, plain.longest_step_s,
+    )  # fmt: skip
