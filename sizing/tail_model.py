@@ -21,14 +21,17 @@ Per DP rank at rate ``lam`` (requests/s), prompts of mean ``isl``, outputs of me
   mixed steps arriving in bursts of ``n_chunks`` per prompt, a request's count over its
   ``osl`` steps is compound Poisson, so
   ``TPOT_q += d * z_q * (t_mixed - t_pure) * sqrt(f n_chunks (1 + cs^2) / osl)``
-  (``d = tpot_mix``, at most one mixed step's extra).
+  (``d = tpot_mix``, at most one mixed step's extra). With variable outputs a request of
+  ``o`` tokens averages over ``o - 1`` gaps, so the quantile over requests is solved on the
+  mixture over the output-length distribution (short outputs make the tail).
 - TTFT at quantile q: own prefill ``ceil(isl_q / chunk) * t_mixed`` for the q-quantile prompt,
   plus half a step of alignment, plus the wait behind other prompts. Prompt work arrives as a
   Poisson stream into a server of ``mu = (budget - decodes) / t_mixed`` tokens/s with load
   ``rho = lam * isl / mu``; M/G/1's waiting time has the exponential tail
-  ``P(wait > t) ~ rho * exp(-theta t)``, ``theta = 2 (1 - rho) / (D (1 + cs^2))`` with service
-  ``D = isl / mu`` and ``cs^2`` the prompt-length variation, so
-  ``wait_q = max(ln(rho / (1 - q)), 0) / theta``, scaled by ``b = ttft_wait``;
+  ``P(wait > t) ~ C exp(-theta t)`` (``mg1_wait_tail``: theta and C solved exactly for
+  gamma-distributed service of mean ``D = isl / mu`` and the prompt-length variation ``cs^2``;
+  near saturation ``theta -> 2 (1 - rho) / (D (1 + cs^2))``), so
+  ``wait_q = max(ln(C / (1 - q)), 0) / theta``, scaled by ``b = ttft_wait``;
   ``c = ttft_base`` scales the own-prefill term.
 - The SLO is met at rate lam when ``TTFT_q <= TTFT_SLO`` and ``TPOT_q <= TPOT_SLO`` at the SLO
   percentile and at the goodput quantile (the simulator's test: the request at the goodput
@@ -51,6 +54,8 @@ from sizing.operating import batch_limit, closed_loop
 from sizing.specs import Slo
 
 BISECTION_STEPS = 24  # on log N: ~1e-7 of the range, far below a request's worth
+MG1_BISECTION_STEPS = 40  # on the decay rate and the TPOT quantile: ~1e-12 of the range
+TPOT_OUTPUT_NODES = 24  # output-length quantiles the TPOT tail averages over
 
 
 @dataclass(frozen=True)
@@ -58,10 +63,10 @@ class TailConstants:
     """The model's fitted terms (dimensionless) and where they come from."""
 
     # fitted by scripts/tail_agreement.py (docs/tail-agreement.md)
-    tpot_spread: float = 1.0
-    ttft_wait: float = 1.0
-    ttft_base: float = 1.0
-    tpot_mix: float = 1.5
+    tpot_spread: float = 0.947
+    ttft_wait: float = 0.997
+    ttft_base: float = 1.004
+    tpot_mix: float = 1.374
     source: str = "fit to the simulator on the grid of scripts/tail_agreement.py"
 
 
@@ -87,6 +92,71 @@ class Lengths:
             return self.isl_mean
         mu = math.log(self.isl_mean) - 0.5 * sigma * sigma
         return math.exp(mu + sigma * float(ndtri(q)))
+
+    def osl_gap_nodes(self) -> np.ndarray | None:
+        """Decode gaps ``o - 1`` at ``TPOT_OUTPUT_NODES`` equal-probability quantiles of the
+        output length (lognormal through mean and p95, rounded as the simulator draws
+        whole tokens); None when every output is the same length."""
+        sigma = _lognormal_sigma(self.osl_mean, self.osl_p95)
+        if sigma == 0:
+            return None
+        mu = math.log(self.osl_mean) - 0.5 * sigma * sigma
+        u = (np.arange(TPOT_OUTPUT_NODES) + 0.5) / TPOT_OUTPUT_NODES
+        lengths = np.maximum(np.rint(np.exp(mu + sigma * ndtri(u))), 1.0)
+        return lengths - 1.0
+
+
+def mg1_wait_tail(rho: np.ndarray, cs2: float) -> tuple[np.ndarray, np.ndarray]:
+    """Decay rate (per mean service time) and weight of an M/G/1 queue's waiting-time tail,
+    ``P(wait > t) ~ weight * exp(-decay * t / D)`` (Cramer-Lundberg).
+
+    The decay ``x = theta D`` solves ``rho (M(x) - 1) = x`` for service times with mean D
+    and squared variation ``cs2``, taken as gamma (``M(x) = (1 - x cs2)^(-1/cs2)``; for
+    ``cs2 = 0``, deterministic ``e^x``); ``weight = (1 - rho) / (rho M'(x) - 1)``. Checks:
+    M/M/1 (cs2 = 1) gives ``x = 1 - rho`` and ``weight = rho``; as rho -> 1 both tend to
+    the heavy-traffic ``x = 2 (1 - rho) / (1 + cs2)``. At light load the exact decay is
+    much faster than the heavy-traffic one (M/D/1 at rho 0.1: x = 3.6, not 1.8).
+    """
+    rho = np.clip(np.asarray(rho, dtype=np.float64), 1e-9, 0.999)
+
+    def mgf(x):
+        if cs2 == 0:
+            return np.exp(x), np.exp(x)
+        base = 1.0 - x * cs2
+        return base ** (-1.0 / cs2), base ** (-1.0 / cs2 - 1.0)
+
+    # rho (M(x) - 1) - x is negative just above 0 and grows to +inf at the upper end
+    lo = np.zeros_like(rho)
+    hi = np.full_like(rho, 1.0 / cs2 * (1 - 1e-12) if cs2 > 0 else 60.0)
+    for _ in range(MG1_BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        above = rho * (mgf(mid)[0] - 1.0) - mid > 0
+        hi = np.where(above, mid, hi)
+        lo = np.where(above, lo, mid)
+    x = np.maximum(0.5 * (lo + hi), 1e-12)
+    slope = rho * mgf(x)[1]
+    weight = np.clip((1.0 - rho) / np.maximum(slope - 1.0, 1e-12), 0.0, 1.0)
+    return x, weight
+
+
+def _mixture_quantile(spread, extra, gaps: np.ndarray, q: float) -> np.ndarray:
+    """The t with ``mean_j P(Z > t sqrt(gaps_j) / spread) = 1 - q`` per row (s), capped at
+    ``extra`` (a request with one gap sees at most about one mixed step's extra)."""
+    from scipy.special import ndtr
+
+    spread = np.asarray(spread, dtype=np.float64)[:, None]
+    root = np.sqrt(np.maximum(gaps, 1.0))[None, :]
+    decodes = (gaps > 0)[None, :]  # a one-token output has no TPOT (0, as the simulator counts)
+    lo = np.zeros(spread.shape[0])
+    hi = np.asarray(extra, dtype=np.float64).copy()
+    for _ in range(MG1_BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tail = np.mean(decodes * (1.0 - ndtr(mid[:, None] * root / spread)), axis=1)
+        above = np.nan_to_num(tail, nan=0.0) > 1.0 - q
+        lo = np.where(above, mid, lo)
+        hi = np.where(above, hi, mid)
+    return 0.5 * (lo + hi)
 
 
 def _lognormal_sigma(mean: float, p95: float | None) -> float:
@@ -126,6 +196,7 @@ class TailModel:
         self.osl = np.full(n, max(float(lengths.osl_mean), 1.0))
         sigma = lengths.isl_sigma()
         self.isl_cs2 = math.exp(sigma * sigma) - 1.0
+        self.osl_gaps = lengths.osl_gap_nodes()
 
     # ------------------------------------------------------------------ building blocks
     def _mean(self, n_rank: np.ndarray):
@@ -158,15 +229,21 @@ class TailModel:
             return own
         rho_c = np.minimum(rho, 0.999)
         service_s = self.isl / mu_tokens
-        theta = 2.0 * (1.0 - rho_c) / (service_s * (1.0 + self.isl_cs2))
+        decay, weight = mg1_wait_tail(rho_c, self.isl_cs2)
         with np.errstate(divide="ignore"):
-            wait = np.maximum(np.log(rho_c / (1.0 - q)), 0.0) / theta
+            wait = np.maximum(np.log(weight / (1.0 - q)), 0.0) * service_s / decay
         return own + self.k.ttft_wait * wait
 
     def _tpot(self, n_rank: np.ndarray, q: float) -> np.ndarray:
         """TPOT at quantile q: the mean at the batch's q-quantile, plus the spread of how
         many prompt chunks a request decodes through (Poisson in the mixed-step share f over
-        its osl steps, wider for variable prompt lengths)."""
+        its output's steps, wider for variable prompt lengths).
+
+        A request with ``o`` output tokens averages the mixed steps over ``o - 1`` gaps, so
+        its spread is ``s / sqrt(o - 1)``: with variable outputs the short ones make the tail.
+        The q-quantile over requests solves ``E_o[P(TPOT > t | o)] = 1 - q`` (the output
+        lengths' lognormal at ``TPOT_OUTPUT_NODES`` equal-probability nodes, as simulated);
+        for a fixed output it is ``z_q s / sqrt(osl)`` as before."""
         z = float(ndtri(q))
         n_q = np.minimum(n_rank + self.k.tpot_spread * z * np.sqrt(n_rank), self.n_max)
         op = self._mean(np.maximum(n_q, 1.0))
@@ -175,7 +252,11 @@ class TailModel:
         # prompts arrive as Poisson events of n_chunks consecutive mixed steps each: the count
         # a request sees is compound Poisson, variance f osl n_chunks (1 + cs^2)
         burst = np.maximum(op.n_chunks, 1.0) * (1.0 + self.isl_cs2)
-        mix = self.k.tpot_mix * z * extra * np.sqrt(f * burst / self.osl)
+        spread = self.k.tpot_mix * extra * np.sqrt(f * burst)  # per sqrt(decode gap)
+        if self.osl_gaps is None:
+            mix = z * spread / np.sqrt(self.osl)
+        else:
+            mix = _mixture_quantile(spread, extra, self.osl_gaps, q)
         return op.tpot_s + np.maximum(np.minimum(mix, extra), 0.0)
 
     # ------------------------------------------------------------------ answers

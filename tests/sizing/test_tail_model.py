@@ -1,0 +1,55 @@
+"""The analytic percentile model's queueing pieces against closed forms derived by hand."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy.special import ndtri
+
+from sizing.tail_model import Lengths, _mixture_quantile, mg1_wait_tail
+
+
+def test_mm1_wait_tail_is_exact():
+    # given exponential prompt service (cs2 = 1) at loads 0.1 .. 0.99
+    rho = np.array([0.1, 0.5, 0.9, 0.99])
+    # when the Cramer-Lundberg decay and weight are solved
+    decay, weight = mg1_wait_tail(rho, 1.0)
+    # then they are M/M/1's: P(wait > t) = rho exp(-(1 - rho) t / D)
+    np.testing.assert_allclose(decay, 1.0 - rho, rtol=1e-9)
+    np.testing.assert_allclose(weight, rho, rtol=1e-9)
+
+
+def test_md1_at_light_load_decays_twice_as_fast_as_heavy_traffic_says():
+    # given fixed-length prompts (cs2 = 0) at 10 % prefill load
+    decay, weight = mg1_wait_tail(np.array([0.1]), 0.0)
+    # then x solves 0.1 (e^x - 1) = x: x = 3.6150 (e^3.6150 = 37.15, 0.1 * 36.15 = 3.615),
+    # against the heavy-traffic 2 (1 - rho) = 1.8; weight = 0.9 / (0.1 e^x - 1) = 0.3315
+    assert decay[0] == pytest.approx(3.61495, abs=1e-4)
+    assert weight[0] == pytest.approx(0.9 / (0.1 * math.exp(3.61495) - 1), rel=1e-4)
+
+
+@pytest.mark.parametrize("cs2", [0.0, 0.5, 1.38])
+def test_near_saturation_the_decay_is_the_heavy_traffic_one(cs2):
+    decay, _ = mg1_wait_tail(np.array([0.995]), cs2)
+    assert decay[0] == pytest.approx(2 * 0.005 / (1 + cs2), rel=0.02)
+
+
+def test_one_output_length_gives_z_spread_over_root_gaps():
+    # given every request with 100 decode gaps and a per-gap spread of 4 ms
+    spread, extra = np.array([0.004]), np.array([1.0])
+    # when the 99th percentile over requests is solved
+    t = _mixture_quantile(spread, extra, np.array([100.0]), 0.99)
+    # then it is z_0.99 * 4 ms / sqrt(100) = 2.326 * 0.4 ms
+    assert t[0] == pytest.approx(float(ndtri(0.99)) * 0.004 / 10, rel=1e-9)
+
+
+def test_variable_outputs_widen_the_tpot_tail_and_one_token_outputs_never_miss():
+    # given outputs of mean 300 tokens, fixed or lognormal with p95 800
+    gaps = Lengths(1000, 300, None, 800).osl_gap_nodes()
+    spread, extra = np.array([0.004]), np.array([0.05])
+    # then short outputs make the 99th percentile larger than at a fixed 300 tokens
+    fixed = float(ndtri(0.99)) * 0.004 / math.sqrt(299)
+    assert _mixture_quantile(spread, extra, gaps, 0.99)[0] > 1.5 * fixed
+    # and a request population of one-token outputs (no gap) never exceeds any TPOT
+    assert _mixture_quantile(spread, extra, np.zeros(24), 0.99)[0] == pytest.approx(0, abs=1e-9)
+    assert Lengths(1000, 300).osl_gap_nodes() is None
