@@ -173,15 +173,20 @@ def simulate_point(point: dict, seed_offset: int = 0) -> dict:
 
 
 def run_simulations(jobs: int) -> None:
-    done = json.loads(OUT_JSON.read_text()) if OUT_JSON.exists() else {}
-    todo = [p for p in grid() if key(p) not in done]
-    print(f"{len(done)} points saved, {len(todo)} to simulate", flush=True)
+    _simulate_into(OUT_JSON, grid(), simulate_point, jobs)
+
+
+def _simulate_into(path: Path, points: list[dict], simulate, jobs: int) -> None:
+    """``simulate`` every point not yet in ``path`` (resumable; saved every 5 points)."""
+    done = json.loads(path.read_text()) if path.exists() else {}
+    todo = [p for p in points if key(p) not in done]
+    print(f"{path.name}: {len(done)} points saved, {len(todo)} to simulate", flush=True)
     with ProcessPoolExecutor(jobs) as pool:
-        for i, result in enumerate(pool.map(simulate_point, todo), start=1):
+        for i, result in enumerate(pool.map(simulate, todo), start=1):
             point = {k: result[k] for k in grid()[0]}
             done[key(point)] = result
             if i % 5 == 0 or i == len(todo):
-                OUT_JSON.write_text(json.dumps(done, indent=1, sort_keys=True))
+                path.write_text(json.dumps(done, indent=1, sort_keys=True))
                 print(f"  {i}/{len(todo)}", flush=True)
 
 
@@ -198,16 +203,7 @@ def _reseeded(point: dict) -> dict:
 
 def run_noise_check(count: int, jobs: int) -> None:
     """The same search with another seed at ``count`` grid points (resumable)."""
-    done = json.loads(NOISE_JSON.read_text()) if NOISE_JSON.exists() else {}
-    todo = [p for p in noise_points(count) if key(p) not in done]
-    print(f"noise check: {len(done)} saved, {len(todo)} to simulate", flush=True)
-    with ProcessPoolExecutor(jobs) as pool:
-        for i, result in enumerate(pool.map(_reseeded, todo), start=1):
-            point = {k: result[k] for k in grid()[0]}
-            done[key(point)] = result
-            if i % 5 == 0 or i == len(todo):
-                NOISE_JSON.write_text(json.dumps(done, indent=1, sort_keys=True))
-                print(f"  {i}/{len(todo)}", flush=True)
+    _simulate_into(NOISE_JSON, noise_points(count), _reseeded, jobs)
 
 
 def noise_agreement(saved: dict) -> tuple[int, int]:
