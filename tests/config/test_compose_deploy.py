@@ -30,9 +30,10 @@ def _compose() -> dict:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
-def test_the_compose_environment_passes_check_deploy():
+def test_the_compose_environment_passes_check_deploy(tmp_path):
     environment = {k: _substitute(v) for k, v in _compose()["x-app"]["environment"].items()}
-    environment["DATABASE_URL"] = "sqlite:///unused.sqlite3"  # check --deploy does not connect
+    # check --deploy does not connect; the path keeps any stray file out of the checkout
+    environment["DATABASE_URL"] = f"sqlite:///{tmp_path / 'unused.sqlite3'}"
     # The browser tests set DJANGO_ALLOW_ASYNC_UNSAFE in this process; a deployment never has it.
     ignored = set(environment) | {"DJANGO_ALLOW_ASYNC_UNSAFE"}
     clean = {k: v for k, v in os.environ.items() if k not in ignored}
