@@ -31,9 +31,6 @@ count is exact. A compute-bound step moves by at most ~1.1 % from the rounding.
 Event state is O(requests in flight): decodes are tracked by aggregates (count, sum of
 ``context - step``, a completion heap and 16 block-phase counters), prompts in a short list;
 arrivals are drawn in chunks. Only the per-request results (the output) grow with N.
-A stretch of decode-only steps (nothing waiting or prefilling, until the next completion,
-arrival or preemption) is computed as arrays with the loop's own values and order of
-operations, so results are bit-identical to stepping one by one (``_Sim._fast_forward``).
 """
 
 from __future__ import annotations
@@ -59,10 +56,6 @@ GRID_PER_OCTAVE = 64  # step-time memo resolution of the decode context: 2^(k/64
 PREFILL_GRID_PER_OCTAVE = 32  # of prompt tokens per step and their attention length, +-1.1 %
 EXACT_BELOW = 64  # inputs at or below this are exact integers in the memo key
 ARRIVAL_CHUNK = 4096
-#: Decode-only stretches at least this long are computed as arrays (``_Sim._fast_forward``),
-#: at most this many steps at a time.
-FAST_FORWARD_MIN_STEPS = 12
-FAST_FORWARD_MAX_STEPS = 2048
 PERCENTILES = (50, 90, 95, 99)
 
 
@@ -253,47 +246,13 @@ class StepTimer:
         )
         row = self.rows.get(key)
         if row is None:
-            row = self._fill(key)
+            ctx = self._value(key[0], GRID_PER_OCTAVE)
+            pre_v = self._value(key[1], PREFILL_GRID_PER_OCTAVE)
+            p_v = self._value(key[2], PREFILL_GRID_PER_OCTAVE)
+            self.core_calls += 1
+            row = decode_step(self.c, self.decodes, ctx, pre_v, p_v).step_s.tolist()
+            self.rows[key] = row
         return row[n_dec]
-
-    def _fill(self, key: tuple[int, int, int]) -> list[float]:
-        """One vectorized core call for every decode count of grid cell ``key``."""
-        ctx = self._value(key[0], GRID_PER_OCTAVE)
-        pre_v = self._value(key[1], PREFILL_GRID_PER_OCTAVE)
-        p_v = self._value(key[2], PREFILL_GRID_PER_OCTAVE)
-        self.core_calls += 1
-        row = decode_step(self.c, self.decodes, ctx, pre_v, p_v).step_s.tolist()
-        self.rows[key] = row
-        return row
-
-    def decode_only_s(self, n_dec: int, ctx_mean: np.ndarray) -> np.ndarray:
-        """``step_s(n_dec, ctx, 0, 0)`` for each context of a run of decode-only steps (s):
-        the same cells and values, looked up for the whole run at once. Keys come from
-        ``np.log2``; where a key sits within 1e-6 of a rounding edge it is recomputed with
-        ``math.log2`` as ``_key`` does, so every step gets exactly the value ``step_s`` gives."""
-        keys = _keys(ctx_mean, GRID_PER_OCTAVE)
-        out = np.empty(ctx_mean.shape)
-        edges = np.flatnonzero(np.diff(keys)) + 1
-        for start, stop in zip([0, *edges.tolist()], [*edges.tolist(), keys.size], strict=True):
-            key = (int(keys[start]), 0, 0)
-            row = self.rows.get(key)
-            if row is None:
-                row = self._fill(key)
-            out[start:stop] = row[n_dec]
-        return out
-
-
-def _keys(x: np.ndarray, per_octave: int) -> np.ndarray:
-    """``StepTimer._key`` of every element (int64), bit-identical to the scalar one."""
-    scaled = np.log2(np.maximum(x, 1.0)) * per_octave
-    keys = EXACT_BELOW + 1 + np.rint(scaled).astype(np.int64)
-    near = np.abs(scaled - np.floor(scaled) - 0.5) < 1e-6
-    for i in np.flatnonzero(near & (x > EXACT_BELOW)).tolist():
-        keys[i] = StepTimer._key(float(x[i]), per_octave)
-    small = x <= EXACT_BELOW
-    if small.any():
-        keys[small] = [StepTimer._key(float(v), per_octave) for v in x[small]]
-    return keys
 
 
 def engine_for(
@@ -696,7 +655,6 @@ class _Sim:
                 self._closed_loop_send(0.0)
         block = self.block
         timer = self.timer
-        fast = hasattr(timer, "decode_only_s")  # a test's stand-in timer steps one by one
         while True:
             self._pull_arrivals()
             if not self.running and not self.waiting:
@@ -710,8 +668,6 @@ class _Sim:
                     if self.next_arrival is None:
                         break
                 self.now = max(self.now, self.next_arrival[0] + self.frontend_s)
-                continue
-            if fast and not self.waiting and not self.prefilling and self._fast_forward():
                 continue
             self.step += 1
             s = self.step
@@ -772,71 +728,6 @@ class _Sim:
                 s, now, len(self.waiting), len(self.running),
                 1.0 - self.free_blocks / self.eng.kv_blocks,
             )  # fmt: skip
-
-    def _fast_forward(self) -> bool:
-        """Run the coming decode-only steps at once; False (nothing done) when fewer than
-        ``FAST_FORWARD_MIN_STEPS`` are certain.
-
-        With no prompt waiting or prefilling, every step until the next event is the same
-        decode batch one token longer: no sequence joins or leaves before the next completion
-        on the heap, the next arrival (or closed-loop re-send) entering the engine, or the
-        step whose new blocks the pool cannot give (a preemption). Those steps are computed
-        as arrays, with the values and order of operations of the step loop (``now`` is a
-        running sum from the current time, contexts and block counts are the same integer
-        expressions), so a run is identical with or without this; the event steps themselves
-        go through the loop.
-        """
-        s, n_dec = self.step, self.n_dec
-        if n_dec == 0:
-            return False
-        span = (self.heap[0][0] if self.heap else s + FAST_FORWARD_MAX_STEPS + 1) - s - 1
-        entry = self._next_entry_s()
-        if entry < math.inf:  # steps only grow slower with the context: an upper bound
-            first_s = self.timer.step_s(n_dec, (self.a_sum + n_dec * (s + 1)) / n_dec, 0, 0)
-            span = min(span, int((entry - self.now) / first_s) + 2)
-        span = min(span, FAST_FORWARD_MAX_STEPS)
-        if span < FAST_FORWARD_MIN_STEPS:
-            return False
-        steps = np.arange(s + 1, s + 1 + span, dtype=np.int64)
-        need = np.asarray(self.phase, dtype=np.int64)[(1 - steps) % self.block]
-        short = np.flatnonzero(np.cumsum(need) > self.free_blocks)
-        if short.size:  # that step preempts: it goes through the loop
-            steps, need = steps[: short[0]], need[: short[0]]
-            if steps.size < FAST_FORWARD_MIN_STEPS:
-                return False
-        ctx = (self.a_sum + n_dec * steps) / n_dec
-        dt = self.timer.decode_only_s(n_dec, ctx)
-        times = np.cumsum(np.concatenate(([self.now], dt)))[1:]
-        crossed = np.flatnonzero(times >= entry)
-        if crossed.size:  # the loop pulls the arrival before the step after this one
-            stop = int(crossed[0]) + 1
-            steps, need, dt, times = steps[:stop], need[:stop], dt[:stop], times[:stop]
-        if steps.size < FAST_FORWARD_MIN_STEPS:
-            return False
-        free_after = self.free_blocks - np.cumsum(need)
-        running = len(self.running)
-        for j in np.flatnonzero(steps % self.series.every == 0).tolist():
-            self.series.add(
-                int(steps[j]), float(times[j]), 0, running,
-                1.0 - int(free_after[j]) / self.eng.kv_blocks,
-            )  # fmt: skip
-        self.longest_step_s = max(self.longest_step_s, float(dt.max()))
-        self.step = int(steps[-1])
-        self.now = float(times[-1])
-        self.free_blocks = int(free_after[-1])
-        return True
-
-    def _next_entry_s(self) -> float:
-        """When the next request enters the engine (s): an arrival after the front-end delay
-        or a pending closed-loop re-send; inf when none is left."""
-        entry = self.pending[0][0] if self.pending else math.inf
-        if self.next_arrival is None and self.arrivals is not None:
-            self.next_arrival = next(self.arrivals, None)
-            if self.next_arrival is None:
-                self.arrivals = None
-        if self.next_arrival is not None:
-            entry = min(entry, self.next_arrival[0] + self.frontend_s)
-        return entry
 
     def _finish(self, r: list, held_tokens: int) -> None:
         rid = r[_ID]
