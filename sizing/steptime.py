@@ -127,6 +127,8 @@ def streamed_expert_bytes_per_gpu(c: CandidateArrays, tokens: np.ndarray) -> np.
     ``E_distinct(T) * params_per_expert * b_w * (L_moe / PP) / EP``; without EP each rank
     holds TP-sharded copies and only its own tokens route there.
     """
+    if not np.any(c.num_experts > 0):  # dense rows only: skip the routing terms (all 0)
+        return _zeros(tokens, c.tp)
     group_tokens = np.where(c.ep > 1, tokens * c.dp, tokens)
     distinct = expected_distinct_experts(c.num_experts, c.experts_per_token, group_tokens)
     shards = np.where(c.ep > 1, c.ep, c.tp)
@@ -215,6 +217,12 @@ def stage_cost(
     )
 
 
+def _zeros(tokens, column: np.ndarray) -> np.ndarray:
+    """The all-zero result a term's ``np.where(..., 0.0)`` gives, at the same shape: the
+    step-time memo calls these per grid cell, and most rows are dense, single-stage, no EP."""
+    return np.zeros(np.broadcast_shapes(np.shape(tokens), np.shape(column)))
+
+
 def tp_allreduce_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
     """Two all-reduces per layer of this stage over the scale-up link (s)."""
     message = tokens * c.hidden_size * ACTIVATION_BYTES
@@ -225,6 +233,8 @@ def tp_allreduce_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
 def ep_alltoall_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
     """Dispatch + combine per MoE layer: each GPU ships ``tokens/TP * k * hidden * 2 B`` of
     which ``(EP-1)/EP`` leaves the GPU; on the NIC when EP exceeds the scale-up domain (s)."""
+    if not np.any(c.ep > 1):  # no expert parallelism on any row: no all-to-all (all 0)
+        return _zeros(tokens, c.ep)
     link = np.where(c.ep <= c.scale_up_domain_gpus, c.link_bytes_s, c.scale_out_bytes_s)
     volume = tokens / c.tp * c.experts_per_token * c.hidden_size * ACTIVATION_BYTES
     one = volume * (c.ep - 1.0) / c.ep / (link * c.link_efficiency) + c.allreduce_latency_s
@@ -234,6 +244,8 @@ def ep_alltoall_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
 def pp_hop_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
     """Activations across one stage boundary, ``T * hidden * 2 B / (link * eff) + latency``;
     on the NIC when the instance spans beyond the scale-up domain (s)."""
+    if not np.any(c.pp > 1):  # one stage on every row: no hop (all 0)
+        return _zeros(tokens, c.pp)
     inside = c.tp * c.pp * c.dp <= c.scale_up_domain_gpus
     link = np.where(inside, c.link_bytes_s, c.scale_out_bytes_s)
     t = tokens * c.hidden_size * ACTIVATION_BYTES / (link * c.link_efficiency)

@@ -155,3 +155,22 @@ def test_long_prompt_is_chunked_by_the_token_budget():
 def test_compute_precision_fallbacks(gpu, weights, name, tflops):
     assert compute_precision(gpu, weights) == name
     assert peak_flops(gpu, weights) == tflops * 1e12
+
+
+def test_a_dense_single_stage_row_costs_the_same_alone_as_beside_moe_and_pp_rows():
+    # given Llama 70B fp8 TP4 (dense, one stage, no EP) alone, and the same row beside
+    # DeepSeek-V3 with EP 8 and a PP 2 row (so every routing and hop term is evaluated)
+    alone = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=4)
+    mixed = CandidateArrays.build(
+        [LLAMA_70B, DEEPSEEK_V3, LLAMA_70B], [H100, B200, H100], "fp8",
+        tp=[4, 1, 4], pp=[1, 1, 2], ep=[1, 8, 1], dp=[1, 8, 1],
+    )  # fmt: skip
+    decodes = np.arange(0.0, 65.0)[:, None]
+    # when a step with decodes and a prompt chunk is costed both ways
+    one = decode_step(alone, decodes, 1500.0, 512.0, 700.0)
+    many = decode_step(mixed, decodes, 1500.0, 512.0, 700.0)
+    # then the dense row's short-cut terms (all zero) give bit-identical times
+    np.testing.assert_array_equal(one.step_s[:, 0], many.step_s[:, 0])
+    np.testing.assert_array_equal(one.stage.comm_s[:, 0], many.stage.comm_s[:, 0])
+    # and the rows beside it do pay their all-to-all and pipeline hop
+    assert np.all(many.stage.comm_s[:, 1] > 0) and np.all(many.hop_s[:, 2] > 0)
