@@ -76,6 +76,18 @@ _ENGINE_FIELDS = {
     "block_size": ("block_size", np.float64),
     "runtime_overhead_bytes": (lambda e: e.runtime_overhead_gb * 1e9, np.float64),
     "workspace_bytes_per_token_hidden": ("workspace_bytes_per_token_hidden", np.float64),
+    "max_model_len": ("max_model_len", np.float64),
+    "spec_tokens": (lambda e: e.spec_tokens if e.spec_method else 0, np.float64),
+    "spec_tokens_per_step": (lambda e: e.spec_tokens_per_step, np.float64),
+    # NaN when acceptance is given per position
+    "spec_acceptance": (
+        lambda e: float("nan") if e.spec_acceptance_by_position else e.spec_acceptance,
+        np.float64,
+    ),
+    "spec_draft_params": (lambda e: e.spec_draft_params if e.spec_method else 0.0, np.float64),
+    "spec_draft_active_params": ("spec_draft_active_params", np.float64),
+    "spec_draft_layers": ("spec_draft_layers", np.float64),
+    "spec_draft_kv_elements_per_token": ("spec_draft_kv_elements_per_token", np.float64),
 }
 
 _CALIBRATION_FIELDS = {
@@ -214,6 +226,20 @@ class CandidateArrays:
     block_size: np.ndarray
     runtime_overhead_bytes: np.ndarray
     workspace_bytes_per_token_hidden: np.ndarray
+    max_model_len: np.ndarray  # 0: the model's max_context
+    # speculative decoding (sizing.speculative): k drafted (0: off), tokens per verify step,
+    # the draft's params / active params / layers (0: a head) / KV elements per token
+    spec_tokens: np.ndarray
+    spec_tokens_per_step: np.ndarray
+    spec_acceptance: np.ndarray
+    spec_draft_params: np.ndarray
+    spec_draft_active_params: np.ndarray
+    spec_draft_layers: np.ndarray
+    spec_draft_kv_elements_per_token: np.ndarray
+    # prefix cache (tokens of the shared prefix, share of requests that hit it); zero unless
+    # ``with_prefix`` sets them (the plan from the traffic, predict from its columns)
+    prefix_tokens: np.ndarray
+    prefix_hit_rate: np.ndarray
     # calibration
     eta_mem: np.ndarray
     eta_flop_decode: np.ndarray
@@ -340,6 +366,8 @@ class CandidateArrays:
         cols["peak_flops"] = peaks[gpu_index, w_code]
         for name, v in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp)):
             cols[name] = np.broadcast_to(np.asarray(v, dtype=np.int64), (n,)).copy()
+        cols["prefix_tokens"] = np.zeros(n)
+        cols["prefix_hit_rate"] = np.zeros(n)
         return cls(
             models=tuple(models),
             gpus=tuple(gpus),
@@ -359,6 +387,14 @@ class CandidateArrays:
             if f.name not in ("models", "gpus")
         }
         return dataclasses.replace(self, **changes)
+
+    def with_prefix(self, prefix_tokens: Any, prefix_hit_rate: Any) -> CandidateArrays:
+        """The rows with a shared prompt prefix of ``prefix_tokens`` that a share
+        ``prefix_hit_rate`` of requests finds cached (scalars or one value per row)."""
+        n = len(self)
+        tokens = np.broadcast_to(np.asarray(prefix_tokens, dtype=np.float64), (n,)).copy()
+        hit = np.broadcast_to(np.asarray(prefix_hit_rate, dtype=np.float64), (n,)).copy()
+        return dataclasses.replace(self, prefix_tokens=tokens, prefix_hit_rate=hit)
 
     def model_name(self, i: int) -> str:
         return self.models[self.model_index[i]].name

@@ -17,21 +17,28 @@ from typing import Any
 
 import numpy as np
 
-from sizing import headroom
+from sizing import headroom, routing
 from sizing.candidates import CandidateArrays
+from sizing.chunking import Frontier, chunk_frontier
 from sizing.derivation import Step, q, staged, step
+from sizing.engine_settings import binding_setting, min_gpu_memory_utilization
 from sizing.fleet import Band, BreakEvenResult, breakeven, error_band, size_fleet
 from sizing.memory import (
     GB,
     MemoryFit,
     allocated_context,
+    cached_prefix_tokens,
+    draft_kv_bytes_per_token_per_gpu,
+    draft_weight_bytes_per_gpu,
     expert_shards,
     expert_weight_bytes,
     fit_memory,
     high_precision_params,
+    kv_bytes_per_request_per_gpu,
     kv_bytes_per_sequence_per_gpu,
     kv_elements_per_token_layer_per_gpu,
     nonexpert_weight_bytes,
+    pinned_prefix_bytes_per_gpu,
 )
 from sizing.operating import (
     BINDING_NAMES,
@@ -52,6 +59,7 @@ from sizing.specs import (
     Slo,
     Traffic,
 )
+from sizing.speculative import break_even_batch, decode_steps
 from sizing.tail_model import DEFAULT_TAILS, Lengths, TailConstants, TailModel
 
 
@@ -132,6 +140,8 @@ def predict_rows(
     concurrency: Any,
     engine: EngineSettings | Sequence[EngineSettings] | None = None,
     calibration: Calibration | Sequence[Calibration] | None = None,
+    prefix_tokens: Any = 0.0,
+    prefix_hit_rate: Any = 0.0,
 ) -> Predictions:
     """Predict throughput and latency for n benchmark-shaped rows at once.
 
@@ -147,6 +157,8 @@ def predict_rows(
     concurrency : closed-loop clients per instance; NaN -> max throughput (largest batch
         that fits, capped by max_num_seqs per DP rank)
     engine, calibration : one object or a sequence of n (defaults: vLLM-like, physics)
+    prefix_tokens, prefix_hit_rate : a shared prompt prefix and the share of requests that
+        find it cached (0: none); prefill skips it, its KV is pinned once per instance
 
     Returns
     -------
@@ -160,6 +172,8 @@ def predict_rows(
     c = CandidateArrays.build(
         models, gpus, weight_precision, kv_precision, tp_a, pp_a, ep, dp, engine, calibration
     )
+    if np.any(np.asarray(prefix_hit_rate) > 0):
+        c = c.with_prefix(prefix_tokens, prefix_hit_rate)
     n = len(c)
     isl_a = np.broadcast_to(np.asarray(isl, dtype=np.float64), (n,))
     osl_a = np.broadcast_to(np.asarray(osl, dtype=np.float64), (n,))
@@ -256,16 +270,27 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
             "GB",
         )
     )
+    budget_in = [
+        q("usable", fit.usable_bytes_per_gpu[i], "B"),
+        q("weights", fit.weights_bytes_per_gpu[i], "B"),
+        q("workspace", fit.workspace_bytes_per_gpu[i], "B"),
+        q("runtime_overhead", fit.runtime_overhead_bytes[i], "B"),
+    ]
+    pinned = float(pinned_prefix_bytes_per_gpu(c)[i])
+    terms = ["usable", "weights", "workspace", "runtime_overhead"]
+    if pinned > 0:
+        budget_in.append(q("pinned_prefix", pinned, "B (shared prefix KV, once per replica)"))
+        terms.append("pinned_prefix")
+    draft_w = float(draft_weight_bytes_per_gpu(c)[i])
+    if draft_w > 0:
+        budget_in.append(q("draft_weights", draft_w, "B (speculative drafter, / TP)"))
+        terms.append("draft_weights")
+    budget_formula = f"({' - '.join(terms)}) / 1e9"
     s.append(
         step(
             "kv_budget_gb_per_gpu",
-            "(usable - weights - workspace - runtime_overhead) / 1e9",
-            [
-                q("usable", fit.usable_bytes_per_gpu[i], "B"),
-                q("weights", fit.weights_bytes_per_gpu[i], "B"),
-                q("workspace", fit.workspace_bytes_per_gpu[i], "B"),
-                q("runtime_overhead", fit.runtime_overhead_bytes[i], "B"),
-            ],
+            budget_formula,
+            budget_in,
             fit.kv_budget_bytes_per_gpu[i] / GB,
             "GB",
         )
@@ -294,11 +319,17 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
             "whole model, summed over GPUs, no replication",
         )
     )
+    per_token_in = [*layers, *kv_in, q("b_kv", b_kv, "B"), q("TP", tp, ""), q("PP", pp, "")]
+    per_token_formula = f"layers / PP * {per_layer_gpu} * b_kv"
+    draft_kv = float(draft_kv_bytes_per_token_per_gpu(c)[i])
+    if draft_kv > 0:
+        per_token_in.append(q("draft_kv", draft_kv, "B/token (speculative drafter's cache)"))
+        per_token_formula += " + draft_kv"
     s.append(
         step(
             "kv_bytes_per_token_per_gpu",
-            f"layers / PP * {per_layer_gpu} * b_kv",
-            [*layers, *kv_in, q("b_kv", b_kv, "B"), q("TP", tp, ""), q("PP", pp, "")],
+            per_token_formula,
+            per_token_in,
             fit.kv_bytes_per_token_per_gpu[i],
             "B/token",
             note_gpu,
@@ -345,6 +376,10 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
             ],
             fit.kv_bytes_per_sequence_per_gpu[i],
             "B",
+            ""
+            if c.prefix_hit_rate[i] <= 0
+            else "a hit shares the pinned prefix: h * kv(ctx - cached) + (1 - h) * kv(ctx)",
+            kind="formula" if c.prefix_hit_rate[i] <= 0 else "model",
         )
     )
     s.append(
@@ -376,12 +411,17 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
     return s
 
 
-def _operating_steps(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> list:
+def _operating_steps(
+    c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int, spec: dict | None = None
+) -> list:
     s: list[Step] = []
     pure, mixed, prefill = op.pure_step, op.mixed_step, op.prefill_step
     dp, pp = int(c.dp[i]), int(c.pp[i])
     b_rank = q("B_rank", op.batch_per_rank[i], "sequences per DP rank")
     isl, osl = q("isl", op.isl_tokens[i], "tokens"), q("osl", op.osl_tokens[i], "tokens")
+    if c.prefix_hit_rate[i] > 0:
+        s += _prefix_steps(c, op, i)
+        isl = q("isl", op.prefill_isl_tokens[i], "tokens prefilled (cached prefix skipped)")
     n_chunks = q("n_chunks", op.n_chunks[i], "steps")
     live = kv_sequences_live(c, fit, op.isl_tokens, op.osl_tokens)
     s.append(
@@ -577,6 +617,15 @@ def _operating_steps(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: 
             "ms",
         )
     )
+    if c.spec_tokens[i] > 0:
+        if spec is None:  # one row (predict's derivation): evaluate it alone
+            one = slice(i, i + 1)
+            arrays = _speculative_arrays(
+                c.take(np.array([i])), op.decode_seqs_per_step[one], op.context_tokens[one]
+            )
+            s += _speculative_steps(c, op, i, arrays, 0)
+        else:
+            s += _speculative_steps(c, op, i, spec, i)
     ttft, tpot = q("TTFT", op.ttft_s[i], "s"), q("TPOT", op.tpot_s[i], "s")
     s.append(step("residence_s", "TTFT + osl * TPOT", [ttft, osl, tpot], op.residence_s[i], "s"))
     s.append(
@@ -664,6 +713,11 @@ class PlanRow:
     mean_value_tpot_ms: float = math.nan
     band: Band | None = None  # replicas and cost at the profile's error, on the final sizing
     profile: str = "physics defaults"  # calibration profile used
+    engine_binding: str = ""  # which engine setting decides the memory outcome
+    #: speculative decoding: "" not asked; "on" / "off" which the plan kept (the cheaper)
+    speculative: str = ""
+    #: the chunk-budget sweep: ({"max_num_batched_tokens", "ttft_long_ms", "tpot_stall_ms"},..)
+    chunk_frontier: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -724,6 +778,8 @@ class Capacity:
 
 QUANTILES = (0.5, 0.95, 0.99)
 STAGE_MEMORY = "Memory fit"
+STAGE_ENGINE = "Engine settings"
+STAGE_ROUTING = "Routing and prefix cache"
 STAGE_OPERATING = "Step time and mean-value operating point"
 STAGE_TAILS = "Tail latency and capacity per replica"
 STAGE_FLEET = "Little's law, headroom and cost"
@@ -755,8 +811,31 @@ def plan(
     cands = list(candidates)
     if not cands:
         return Plan((), {}, traffic, slo, policy)
+    args = (traffic, slo, policy, api_price, tails, capacity)
+    rows = _plan_rows(cands, *args)
+    rows, routed = _route(rows, cands, *args)
+    rows = _speculative_choice(rows, cands, *args, routed)
+    return _ranked(rows, traffic, slo, policy)
+
+
+def _plan_rows(
+    cands: list[Candidate],
+    traffic: Traffic,
+    slo: Slo,
+    policy: Policy,
+    api_price: ApiPrice | None,
+    tails: TailConstants | None,
+    capacity: Sequence[Capacity | None] | None,
+    routed: _Routed | None = None,
+) -> list[PlanRow]:
+    """Every candidate through the chain (unranked). ``routed``: the prefix hit rate and
+    load imbalance the routing policy gives each row (``_route``), else the traffic's."""
     c = candidate_arrays(cands)
     n = len(c)
+    hit = routed.hit_rate if routed is not None else np.full(n, traffic.prefix_hit_rate)
+    if traffic.shared_prefix_tokens > 0 and np.any(hit > 0):
+        c = c.with_prefix(traffic.shared_prefix_tokens, hit)
+    imbalance = routed.imbalance if routed is not None else np.ones(n)
     isl, osl = float(traffic.prompt_tokens_mean), float(traffic.output_tokens_mean)
     fit, reasons = _fit_with_tails(c, traffic)
     sp = slo_operating_point(c, fit, isl, osl, slo.tpot_ms / 1e3, slo.ttft_ms / 1e3)
@@ -764,7 +843,7 @@ def plan(
     given = list(capacity) if capacity is not None else [None] * n
     stage = _capacity_stage(c, fit, sp, traffic, slo, policy, tails, given)
     fleet = size_fleet(
-        stage.rate_rps,
+        stage.rate_rps / imbalance,  # affinity routing: the hottest replica sets the count
         stage.residence_s,
         traffic,
         policy,
@@ -773,15 +852,23 @@ def plan(
         fit.fits & (stage.rate_rps > 0),
     )
 
+    live = kv_sequences_live(c, fit, op.isl_tokens, op.osl_tokens)
+    long_prompt = float(traffic.prompt_tokens_p95 or traffic.prompt_tokens_mean)
+    frontier = chunk_frontier(c, op.decode_seqs_per_step, op.context_tokens, long_prompt)
+    tpot_slo_s = slo.tpot_ms / 1e3
+    spec = _speculative_arrays(c, op.decode_seqs_per_step, op.context_tokens)
     rows: list[PlanRow] = []
     for i in range(n):
         d = staged(STAGE_MEMORY, _memory_steps(c, fit, i))
         ok = bool(fit.fits[i])
         serves = ok and stage.rate_rps[i] > 0
         bev, band = None, None
+        d += staged(STAGE_ENGINE, _engine_steps(c, fit, live, frontier, tpot_slo_s, i))
         if ok:
-            d += staged(STAGE_OPERATING, _operating_steps(c, fit, op, i))
+            d += staged(STAGE_OPERATING, _operating_steps(c, fit, op, i, spec))
             d += staged(STAGE_TAILS, stage.steps[i])
+        if routed is not None and routed.steps[i]:
+            d += staged(STAGE_ROUTING, routed.steps[i])
         if serves:
             d += staged(STAGE_FLEET, fleet.steps(i))
             band, band_steps = error_band(fleet, i, cands[i].calibration.relative_error)
@@ -836,8 +923,15 @@ def plan(
                 mean_value_tpot_ms=float(op.tpot_s[i] * 1e3) if ok else math.nan,
                 band=band,
                 profile=cands[i].calibration.name or "physics defaults",
+                engine_binding=binding_setting(c, fit, live, i),
+                chunk_frontier=_frontier_rows(frontier, i) if ok else (),
             )
         )
+    return rows
+
+
+def _ranked(rows: list[PlanRow], traffic: Traffic, slo: Slo, policy: Policy) -> Plan:
+    n = len(rows)
     order = sorted(
         range(n),
         key=lambda i: (
@@ -1021,5 +1115,322 @@ def _analytic_steps(model, traffic, slo, policy, i, sizing, row, op) -> list[Ste
 
 
 def _kv_per_live_sequence(c: CandidateArrays, op: OperatingPoint, i: int) -> float:
-    live = allocated_context(c, live_context_tokens(op.isl_tokens, op.osl_tokens))
-    return float(kv_bytes_per_sequence_per_gpu(c, live)[i])
+    live = live_context_tokens(op.isl_tokens, op.osl_tokens)
+    return float(kv_bytes_per_request_per_gpu(c, live)[i])
+
+
+def _prefix_steps(c: CandidateArrays, op: OperatingPoint, i: int) -> list[Step]:
+    """Prefill a prefix-cache hit skips (the same rule as the simulator's)."""
+    prompt = q("prompt", op.isl_tokens[i], "tokens")
+    cached = float(cached_prefix_tokens(c, op.isl_tokens)[i])
+    return [
+        step(
+            "prefix_cached_tokens",
+            "min(floor(prefix / block), floor((prompt - 1) / block)) * block",
+            [
+                q("prefix", c.prefix_tokens[i], "tokens"),
+                q("block", c.block_size[i], "tokens"),
+                prompt,
+            ],
+            cached,
+            "tokens",
+            "whole blocks of the shared prefix, never the prompt's last token",
+        ),
+        step(
+            "prefill_isl_tokens",
+            "prompt - hit_rate * cached",
+            [prompt, q("hit_rate", c.prefix_hit_rate[i], ""), q("cached", cached, "tokens")],
+            op.prefill_isl_tokens[i],
+            "tokens",
+            "prefill saved per request on average: hit_rate * cached",
+        ),
+    ]
+
+
+def _frontier_rows(frontier: Frontier, i: int) -> tuple[dict, ...]:
+    return tuple(
+        {
+            "max_num_batched_tokens": b,
+            "ttft_long_ms": float(frontier.ttft_long_s[k][i] * 1e3),
+            "tpot_stall_ms": float(frontier.stall_s[k][i] * 1e3),
+        }
+        for k, b in enumerate(frontier.budgets)
+    )
+
+
+def _engine_steps(
+    c: CandidateArrays,
+    fit: MemoryFit,
+    live: np.ndarray,
+    frontier: Frontier,
+    tpot_slo_s: float,
+    i: int,
+) -> list[Step]:
+    """Which engine setting binds the memory fit, and (fitting rows) the chunk-budget sweep:
+    long-prompt TTFT against the TPOT a running stream sees while that prompt prefills."""
+    ctx = max(float(fit.context_tokens[i]), float(c.max_model_len[i]))
+    one = float(kv_bytes_per_sequence_per_gpu(c, allocated_context(c, np.array([ctx])))[i])
+    s = [
+        step(
+            "min_gpu_memory_utilization",
+            "(weights + workspace + runtime + kv_one_sequence) / HBM_bytes",
+            [
+                q("weights", fit.weights_bytes_per_gpu[i], "B"),
+                q("workspace", fit.workspace_bytes_per_gpu[i], "B"),
+                q("runtime", fit.runtime_overhead_bytes[i], "B"),
+                q("kv_one_sequence", one, "B (one sequence at max(context, max_model_len))"),
+                q("HBM_bytes", c.memory_bytes[i], "B"),
+            ],
+            float(min_gpu_memory_utilization(c, fit)[i]),
+            "",
+            f"set: {c.gpu_memory_utilization[i]:.2f}",
+        ),
+        step(
+            "engine_setting_binding",
+            "the setting that decides the fit or caps the batch (engine_settings.py)",
+            [
+                q("gpu_memory_utilization", c.gpu_memory_utilization[i], ""),
+                q("max_num_seqs", c.max_num_seqs[i], "sequences per DP rank"),
+                q("max_num_batched_tokens", c.max_num_batched_tokens[i], "tokens"),
+                q("max_model_len", c.max_model_len[i], "tokens (0: the model's maximum)"),
+                q("kv_sequences_live", live[i], "sequences"),
+            ],
+            binding_setting(c, fit, live, i),
+            "",
+            kind="model",
+        ),
+    ]
+    if not fit.fits[i]:
+        return s
+    chosen = float(c.max_num_batched_tokens[i])
+    k = frontier.budgets.index(int(chosen))
+    s.append(
+        step(
+            "long_prompt_ttft_ms",
+            "((n_chunks - 1) * stall_step + last_step) * 1e3",
+            [
+                q("n_chunks", frontier.n_chunks[k][i], "steps"),
+                q("stall_step", frontier.stall_s[k][i], "s (decode step carrying a full chunk)"),
+                q("last_step", frontier.last_s[k][i], "s (the remainder chunk)"),
+            ],
+            frontier.ttft_long_s[k][i] * 1e3,
+            "ms",
+            f"the long prompt's prefill at max_num_batched_tokens {int(chosen):,}, no queue",
+        )
+    )
+    s.append(
+        step(
+            "tpot_stall_ms",
+            "stall_step * 1e3",
+            [q("stall_step", frontier.stall_s[k][i], "s")],
+            frontier.stall_s[k][i] * 1e3,
+            "ms",
+            "TPOT every running stream sees while the long prompt prefills",
+        )
+    )
+    rec = float(frontier.recommended(tpot_slo_s)[i])
+    s.append(
+        step(
+            "chunk_budget_frontier",
+            "sweep max_num_batched_tokens: long-prompt TTFT vs running TPOT (chunking.py)",
+            [
+                q(f"b={b:,}", f"TTFT {t[i] * 1e3:.0f} ms / TPOT {st[i] * 1e3:.1f} ms", "")
+                for b, t, st in zip(
+                    frontier.budgets, frontier.ttft_long_s, frontier.stall_s, strict=True
+                )
+            ],
+            chosen,
+            "tokens (chosen)",
+            f"largest budget whose stall meets the TPOT SLO: {int(rec):,} tokens",
+            kind="model",
+        )
+    )
+    return s
+
+
+# ---------------------------------------------------------------------------- speculative
+def _speculative_arrays(c: CandidateArrays, decode_seqs, context_tokens) -> dict | None:
+    """Plain and speculative step times, speed-up at the operating point's decode batch and
+    the break-even batch, for every row (None when no row speculates)."""
+    if not np.any(c.spec_tokens > 0):
+        return None
+    batch = np.maximum(np.asarray(decode_seqs, dtype=np.float64), 1.0)
+    plain, spec = decode_steps(c, batch, context_tokens)
+    return {
+        "batch": batch,
+        "plain_s": plain,
+        "spec_s": spec,
+        "speed_up": c.spec_tokens_per_step * plain / spec,
+        "break_even": break_even_batch(c, context_tokens),
+    }
+
+
+def _speculative_steps(c: CandidateArrays, op: OperatingPoint, i: int, a: dict, j: int) -> list:
+    k, tau = float(c.spec_tokens[i]), float(c.spec_tokens_per_step[i])
+    acceptance = float(c.spec_acceptance[i])
+    steps = []
+    if math.isfinite(acceptance) and acceptance > 0:
+        steps.append(
+            step(
+                "spec_tokens_per_verify_step",
+                "(1 - a ** (k + 1)) / (1 - a)",
+                [q("a", acceptance, "per-position acceptance"), q("k", k, "tokens drafted")],
+                tau,
+                "tokens per sequence per step",
+            )
+        )
+    else:
+        steps.append(
+            step(
+                "spec_tokens_per_verify_step",
+                "1 + sum_j prod_{i<=j} a_i (per-position acceptance)",
+                [q("k", k, "tokens drafted")],
+                tau,
+                "tokens per sequence per step",
+                kind="model",
+            )
+        )
+    draft = float(op.pure_step.draft_s[i]) if np.ndim(op.pure_step.draft_s) else 0.0
+    steps += [
+        step(
+            "spec_draft_ms",
+            "k * draft_step * 1e3",
+            [q("k", k, ""), q("draft_step", draft / k, "s (one drafter pass, speculative.py)")],
+            draft * 1e3,
+            "ms per decode step",
+        ),
+        step(
+            "spec_speed_up",
+            "tau * plain_step / spec_step",
+            [
+                q("tau", tau, "tokens per verify step"),
+                q("plain_step", a["plain_s"][j], "s (decode step without drafting)"),
+                q("spec_step", a["spec_s"][j], "s (k + 1 tokens verified + k drafts)"),
+                q("B_rank", a["batch"][j], "sequences decoding per DP rank"),
+            ],
+            a["speed_up"][j],
+            "x at the operating point",
+        ),
+        step(
+            "spec_break_even_batch",
+            "smallest batch per DP rank with tau * t_plain(B) / t_spec(B) <= 1 (bisection)",
+            [q("tau", tau, ""), q("k", k, "")],
+            a["break_even"][j],
+            "sequences per DP rank",
+            "speculative decoding stops paying here: the target turns compute-bound",
+            kind="search",
+        ),
+    ]
+    return steps
+
+
+def _speculative_choice(rows, cands, traffic, slo, policy, api_price, tails, capacity, routed):
+    """Each speculating candidate sized again without speculative decoding; the cheaper one
+    under the SLO is kept (a simulated capacity is for the configuration as given: kept)."""
+    spec = [i for i, k in enumerate(cands) if k.engine.spec_method]
+    if not spec or (capacity is not None and any(x is not None for x in capacity)):
+        return rows
+    off = [dataclasses.replace(k, engine=dataclasses.replace(k.engine, spec_method=""))
+           for k in cands]  # fmt: skip
+    rows_off = _plan_rows(off, traffic, slo, policy, api_price, tails, capacity, routed)
+    out = list(rows)
+    for i in spec:
+        on, plain = rows[i], rows_off[i]
+        keep_on = _order_key(on) <= _order_key(plain)
+        chosen = on if keep_on else plain
+        choice = step(
+            "speculative_decoding",
+            "keep the cheaper of with / without under the SLO",
+            [
+                q("usd_per_month_with", on.usd_per_month, "USD"),
+                q("meets_slo_with", 1.0 if on.meets_slo else 0.0, ""),
+                q("usd_per_month_without", plain.usd_per_month, "USD"),
+                q("meets_slo_without", 1.0 if plain.meets_slo else 0.0, ""),
+            ],
+            "on" if keep_on else "off",
+            "",
+            kind="model",
+        )
+        out[i] = dataclasses.replace(
+            chosen,
+            speculative="on" if keep_on else "off",
+            derivation=chosen.derivation + tuple(staged(STAGE_OPERATING, [choice])),
+        )
+    return out
+
+
+def _order_key(row: PlanRow) -> tuple:
+    return (not row.meets_slo, not row.fits, row.usd_per_month, row.usd_per_mtok)
+
+
+# ---------------------------------------------------------------------------- routing
+@dataclass(frozen=True)
+class _Routed:
+    hit_rate: np.ndarray
+    imbalance: np.ndarray
+    steps: list
+
+
+def _route(rows, cands, traffic, slo, policy, api_price, tails, capacity):
+    """Rows with a routing policy sized again at the hit rate and load imbalance that
+    policy reaches (sizing.routing) for the replicas and free KV of the first pass."""
+    prefix = float(traffic.shared_prefix_tokens)
+    routed = [i for i, k in enumerate(cands) if k.engine.routing and k.engine.distinct_prefixes]
+    if prefix <= 0 or not routed:
+        return rows, None
+    n = len(cands)
+    hit, imbalance = np.full(n, float(traffic.prefix_hit_rate)), np.ones(n)
+    steps: list[list[Step]] = [[] for _ in range(n)]
+    live = float(traffic.prompt_tokens_mean + 0.5 * traffic.output_tokens_mean)
+    for i in routed:
+        row, e = rows[i], cands[i].engine
+        if not row.fits:
+            continue
+        r = max(row.serving_replicas, 1)
+        free = row.kv_capacity_tokens - row.batch * live
+        cached = routing.cache_prefixes(free, prefix)
+        hit[i] = routing.hit_rate(e.routing, cached, e.distinct_prefixes, r)
+        imbalance[i] = routing.load_imbalance(e.routing, e.distinct_prefixes, r)
+        steps[i] = _routing_steps(e, row, prefix, live, cached, r, hit[i], imbalance[i])
+    result = _Routed(hit, imbalance, steps)
+    return _plan_rows(cands, traffic, slo, policy, api_price, tails, capacity, result), result
+
+
+def _routing_steps(e, row, prefix, live, cached, r, hit, imbalance) -> list[Step]:
+    d = q("D", e.distinct_prefixes, "distinct prefixes")
+    reps = q("R", r, "serving replicas (first pass)")
+    affinity = e.routing == "prefix_affinity"
+    return [
+        step(
+            "prefix_cache_prefixes_per_replica",
+            "max(floor(max(kv_capacity - batch * live_context, 0) / prefix), 1)",
+            [
+                q("kv_capacity", row.kv_capacity_tokens, "tokens per replica"),
+                q("batch", row.batch, "sequences"),
+                q("live_context", live, "tokens"),
+                q("prefix", prefix, "tokens"),
+            ],
+            cached,
+            "prefixes",
+            "the KV the running batch leaves free holds cached prefixes (LRU)",
+        ),
+        step(
+            "prefix_hit_rate",
+            "min(C * R / D, 1)" if affinity else "min(C / D, 1)",
+            [q("C", cached, "prefixes cached per replica"), d, *([reps] if affinity else [])],
+            hit,
+            "",
+            f"routing {e.routing}: "
+            + ("each replica sees D / R prefixes" if affinity else "every replica sees all D"),
+        ),
+        step(
+            "hottest_replica_load",
+            "min(max(1 + sqrt(2 * R * log(R) / D), R / D), R)" if affinity and r > 1 else "1",
+            [reps, d] if affinity and r > 1 else [],
+            imbalance,
+            "x the mean load",
+            "prefix affinity hashes prefixes onto replicas: the hottest sets the fleet"
+            if affinity
+            else "load spreads evenly",
+        ),
+    ]

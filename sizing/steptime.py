@@ -41,6 +41,7 @@ import numpy as np
 
 from sizing.candidates import CandidateArrays
 from sizing.memory import kv_bytes_per_sequence_per_gpu, nonexpert_weight_bytes
+from sizing.speculative import drafting_s, verify_tokens_per_sequence
 
 ACTIVATION_BYTES = 2.0  # bf16 activations on the wire
 
@@ -177,13 +178,16 @@ def stage_cost(
     prefill_tokens : prompt tokens riding in the same pass (chunked prefill) (tokens)
     prompt_tokens : length of the prompts those prefill tokens belong to (tokens)
     """
-    dec = np.asarray(decode_tokens, dtype=np.float64)
+    seqs = np.asarray(decode_tokens, dtype=np.float64)
+    # speculative decoding verifies k + 1 tokens per sequence (1 when off): FLOPs and routed
+    # tokens grow with them, each sequence's cache is still read once
+    dec = seqs * verify_tokens_per_sequence(c)
     pre = np.asarray(prefill_tokens, dtype=np.float64)
     tokens = dec + pre
     shard = c.tp * c.pp
 
     weight_bytes = streamed_nonexpert_bytes_per_gpu(c) + streamed_expert_bytes_per_gpu(c, tokens)
-    kv_bytes = dec * kv_bytes_per_sequence_per_gpu(c, decode_context)
+    kv_bytes = seqs * kv_bytes_per_sequence_per_gpu(c, decode_context)
 
     ctx = np.asarray(decode_context, dtype=np.float64)
     ctx_win = np.minimum(ctx, np.where(c.sliding_window > 0, c.sliding_window, ctx))
@@ -255,7 +259,8 @@ class StepTime:
     stage: StageCost
     hop_s: np.ndarray  # one pipeline hop
     overhead_s: np.ndarray  # fixed per step (scheduler, launches, sampling)
-    step_s: np.ndarray  # PP * stage_s + (PP - 1) * hop_s + overhead_s
+    step_s: np.ndarray  # PP * stage_s + (PP - 1) * hop_s + overhead_s (+ draft_s)
+    draft_s: np.ndarray | float = 0.0  # speculative decoding: k drafter passes (speculative.py)
 
 
 def decode_step(
@@ -274,10 +279,11 @@ def decode_step(
     b = np.asarray(batch_per_rank, dtype=np.float64)
     pre = np.asarray(prefill_tokens_per_rank, dtype=np.float64)
     stage = stage_cost(c, b / c.pp, context_tokens, pre / c.pp, prompt_tokens)
-    hop = pp_hop_s(c, (b + pre) / c.pp)
+    hop = pp_hop_s(c, (b * verify_tokens_per_sequence(c) + pre) / c.pp)
     overhead = step_overhead_total_s(c)
-    step = c.pp * stage.stage_s + (c.pp - 1) * hop + overhead
-    return StepTime(stage=stage, hop_s=hop, overhead_s=overhead, step_s=step)
+    draft = drafting_s(c, b, context_tokens)
+    step = c.pp * stage.stage_s + (c.pp - 1) * hop + overhead + draft
+    return StepTime(stage=stage, hop_s=hop, overhead_s=overhead, step_s=step, draft_s=draft)
 
 
 @dataclass(frozen=True)
