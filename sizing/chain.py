@@ -357,8 +357,9 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
         step(
             "kv_bytes_per_sequence_per_gpu",
             "((full * ctx + sliding * min(ctx, window)) * elements_per_token_layer_gpu"
-            " + linear * state / TP) * b_kv / PP",
+            " + linear * state / TP) * b_kv / PP" + (" + draft_kv * ctx" if draft_kv > 0 else ""),
             [
+                *([q("draft_kv", draft_kv, "B/token (speculative drafter)")] if draft_kv else []),
                 q("ctx", ctx, "tokens (context rounded up to KV blocks)"),
                 q("full", c.full_layers[i], "layers"),
                 q("sliding", c.sliding_layers[i], "layers"),
@@ -475,11 +476,14 @@ def _operating_steps(
             "steps",
         )
     )
+    tau = float(c.spec_tokens_per_step[i])
+    steps_out = "osl" if tau == 1.0 else "(osl / tau)"  # decode steps per request
+    tau_in = [] if tau == 1.0 else [q("tau", tau, "tokens per speculative verify step")]
     s.append(
         step(
             "decode_seqs_per_step",
-            "B_rank * osl / (n_chunks + osl)",
-            [b_rank, osl, n_chunks],
+            f"B_rank * {steps_out} / (n_chunks + {steps_out})",
+            [b_rank, osl, n_chunks, *tau_in],
             op.decode_seqs_per_step[i],
             "sequences",
         )
@@ -487,8 +491,8 @@ def _operating_steps(
     s.append(
         step(
             "prefill_tokens_per_step",
-            "B_rank * isl / (n_chunks + osl)",
-            [b_rank, isl, osl, n_chunks],
+            f"B_rank * isl / (n_chunks + {steps_out})",
+            [b_rank, isl, osl, n_chunks, *tau_in],
             op.prefill_tokens_per_step[i],
             "tokens",
         )
@@ -553,7 +557,7 @@ def _operating_steps(
     s.append(
         step(
             "pure_decode_step_ms",
-            "PP * (max(mem, flop) + comm) + (PP - 1) * hop + overhead",
+            "PP * (max(mem, flop) + comm) + (PP - 1) * hop + overhead" + _draft_term(pure, i),
             [
                 q("mem", st.mem_s[i] * 1e3, "ms"),
                 q("flop", st.flop_s[i] * 1e3, "ms"),
@@ -561,6 +565,7 @@ def _operating_steps(
                 q("hop", pure.hop_s[i] * 1e3, "ms"),
                 q("overhead", pure.overhead_s[i] * 1e3, "ms"),
                 q("PP", pp, ""),
+                *_draft_input(pure, i),
             ],
             pure.step_s[i] * 1e3,
             "ms",
@@ -573,7 +578,8 @@ def _operating_steps(
         s.append(
             step(
                 name,
-                "PP * (max(mem, flop) + comm) + (PP - 1) * hop + overhead",
+                "PP * (max(mem, flop) + comm) + (PP - 1) * hop + overhead"
+                + _draft_term(st_time, i),
                 [
                     q("mem", st_time.stage.mem_s[i] * 1e3, "ms"),
                     q("flop", st_time.stage.flop_s[i] * 1e3, "ms (decode + prefill FLOPs)"),
@@ -581,6 +587,7 @@ def _operating_steps(
                     q("hop", st_time.hop_s[i] * 1e3, "ms"),
                     q("overhead", st_time.overhead_s[i] * 1e3, "ms"),
                     q("PP", pp, ""),
+                    *_draft_input(st_time, i),
                 ],
                 st_time.step_s[i] * 1e3,
                 "ms",
@@ -1249,6 +1256,19 @@ def _engine_steps(
 
 
 # ---------------------------------------------------------------------------- speculative
+def _draft_ms(st, i: int) -> float:
+    return float(st.draft_s[i]) * 1e3 if np.ndim(st.draft_s) else 0.0
+
+
+def _draft_term(st, i: int) -> str:
+    return " + draft" if _draft_ms(st, i) > 0 else ""
+
+
+def _draft_input(st, i: int) -> list:
+    ms = _draft_ms(st, i)
+    return [q("draft", ms, "ms (k speculative drafter passes)")] if ms > 0 else []
+
+
 def _speculative_arrays(c: CandidateArrays, decode_seqs, context_tokens) -> dict | None:
     """Plain and speculative step times, speed-up at the operating point's decode batch and
     the break-even batch, for every row (None when no row speculates)."""
