@@ -9,6 +9,7 @@ millions of rows with no Python loop. Units are in the names; bytes and seconds 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from sizing.specs import (
     GpuSpec,
     ModelSpec,
     canonical_precision,
+    lora_module_mask,
 )
 
 _MODEL_FIELDS = {
@@ -88,6 +90,14 @@ _ENGINE_FIELDS = {
     "spec_draft_active_params": ("spec_draft_active_params", np.float64),
     "spec_draft_layers": ("spec_draft_layers", np.float64),
     "spec_draft_kv_elements_per_token": ("spec_draft_kv_elements_per_token", np.float64),
+    "lora_adapters": ("lora_adapters", np.float64),
+    "lora_rank": ("lora_rank", np.float64),
+    "lora_active": ("lora_active", np.float64),
+    "lora_resident_slots": (
+        lambda e: e.lora_resident_slots or min(e.lora_adapters, math.ceil(e.lora_active)),
+        np.float64,
+    ),
+    "lora_module_mask": (lambda e: lora_module_mask(e.lora_target_modules), np.float64),
 }
 
 _CALIBRATION_FIELDS = {
@@ -236,6 +246,12 @@ class CandidateArrays:
     spec_draft_active_params: np.ndarray
     spec_draft_layers: np.ndarray
     spec_draft_kv_elements_per_token: np.ndarray
+    # LoRA (sizing.lora): adapters, rank (0: off), distinct per batch, resident slots, modules
+    lora_adapters: np.ndarray
+    lora_rank: np.ndarray
+    lora_active: np.ndarray
+    lora_resident_slots: np.ndarray
+    lora_module_mask: np.ndarray
     # prefix cache (tokens of the shared prefix, share of requests that hit it); zero unless
     # ``with_prefix`` sets them (the plan from the traffic, predict from its columns)
     prefix_tokens: np.ndarray

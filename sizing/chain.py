@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sizing import headroom, routing
+from sizing import headroom, lora, routing
 from sizing.candidates import CandidateArrays
 from sizing.chunking import Frontier, chunk_frontier
 from sizing.derivation import Step, q, staged, step
@@ -37,6 +37,7 @@ from sizing.memory import (
     kv_bytes_per_request_per_gpu,
     kv_bytes_per_sequence_per_gpu,
     kv_elements_per_token_layer_per_gpu,
+    lora_resident_bytes_per_gpu,
     nonexpert_weight_bytes,
     pinned_prefix_bytes_per_gpu,
 )
@@ -59,7 +60,7 @@ from sizing.specs import (
     Slo,
     Traffic,
 )
-from sizing.speculative import break_even_batch, decode_steps
+from sizing.speculative import break_even_batch, decode_steps, drafting_s
 from sizing.tail_model import DEFAULT_TAILS, Lengths, TailConstants, TailModel
 
 
@@ -285,6 +286,10 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
     if draft_w > 0:
         budget_in.append(q("draft_weights", draft_w, "B (speculative drafter, / TP)"))
         terms.append("draft_weights")
+    adapters = float(lora_resident_bytes_per_gpu(c)[i])
+    if adapters > 0:
+        budget_in.append(q("lora_resident", adapters, "B (resident LoRA adapter slots)"))
+        terms.append("lora_resident")
     budget_formula = f"({' - '.join(terms)}) / 1e9"
     s.append(
         step(
@@ -624,6 +629,8 @@ def _operating_steps(
             "ms",
         )
     )
+    if c.lora_rank[i] > 0:
+        s += _lora_steps(c, fit, op, i)
     if c.spec_tokens[i] > 0:
         if spec is None:  # one row (predict's derivation): evaluate it alone
             one = slice(i, i + 1)
@@ -878,6 +885,8 @@ def _plan_rows(
             d += staged(STAGE_ROUTING, routed.steps[i])
         if serves:
             d += staged(STAGE_FLEET, fleet.steps(i))
+            if c.lora_rank[i] > 0:
+                d += staged(STAGE_FLEET, [_lora_fleet_step(c, fleet, i)])
             band, band_steps = error_band(fleet, i, cands[i].calibration.relative_error)
             d += staged(STAGE_BAND, band_steps)
         if serves and api_price is not None:
@@ -1266,7 +1275,7 @@ def _draft_term(st, i: int) -> str:
 
 def _draft_input(st, i: int) -> list:
     ms = _draft_ms(st, i)
-    return [q("draft", ms, "ms (k speculative drafter passes)")] if ms > 0 else []
+    return [q("draft", ms, "ms (speculative drafter passes, LoRA kernels)")] if ms > 0 else []
 
 
 def _speculative_arrays(c: CandidateArrays, decode_seqs, context_tokens) -> dict | None:
@@ -1281,6 +1290,7 @@ def _speculative_arrays(c: CandidateArrays, decode_seqs, context_tokens) -> dict
         "plain_s": plain,
         "spec_s": spec,
         "speed_up": c.spec_tokens_per_step * plain / spec,
+        "draft_s": drafting_s(c, batch, context_tokens),
         "break_even": break_even_batch(c, context_tokens),
     }
 
@@ -1310,7 +1320,7 @@ def _speculative_steps(c: CandidateArrays, op: OperatingPoint, i: int, a: dict, 
                 kind="model",
             )
         )
-    draft = float(op.pure_step.draft_s[i]) if np.ndim(op.pure_step.draft_s) else 0.0
+    draft = float(a["draft_s"][j])
     steps += [
         step(
             "spec_draft_ms",
@@ -1454,3 +1464,81 @@ def _routing_steps(e, row, prefix, live, cached, r, hit, imbalance) -> list[Step
             else "load spreads evenly",
         ),
     ]
+
+
+# ---------------------------------------------------------------------------- LoRA
+def _lora_steps(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> list[Step]:
+    """One row's adapter memory, step overhead and swap-in (sizing.lora)."""
+    one = c.take(np.array([i]))
+    dims = float(lora.module_dims_per_layer(one)[0])
+    per_adapter = float(lora.adapter_bytes(one)[0])
+    per_gpu = per_adapter / (c.tp[i] * c.pp[i])
+    tokens = op.decode_seqs_per_step[i : i + 1] * (c.spec_tokens[i] + 1.0)
+    extra = float(lora.lora_step_s(one, tokens)[0])
+    slots, n = float(c.lora_resident_slots[i]), float(c.lora_adapters[i])
+    room = fit.kv_budget_bytes_per_gpu[i] + slots * per_gpu
+    tp_pp = q("TP_PP", c.tp[i] * c.pp[i], "GPUs a replica's weights split over")
+    return [
+        step(
+            "lora_adapter_bytes",
+            "r * dims * layers * 2",
+            [
+                q("r", c.lora_rank[i], "rank"),
+                q("dims", dims, "sum over target modules of d_in + d_out"),
+                q("layers", c.num_layers[i], ""),
+            ],
+            per_adapter,
+            "B (bf16, whole model)",
+        ),
+        step(
+            "lora_adapters_fit_per_gpu",
+            "floor(room / (adapter / TP_PP))",
+            [
+                q("room", room, "B (KV budget + the resident slots)"),
+                q("adapter", per_adapter, "B"),
+                tp_pp,
+            ],
+            float(np.floor(room / per_gpu)),
+            "adapters (if they took all of the KV budget)",
+            f"{int(slots)} resident slots of {int(n)} adapters",
+        ),  # fmt: skip
+        step(
+            "lora_step_overhead",
+            "lora_step / pure_step",
+            [
+                q("lora_step", extra, "s (adapter reads + SGMV FLOPs + kernels, lora.py)"),
+                q("pure_step", op.pure_step.step_s[i], "s (includes lora_step)"),
+                q("active", c.lora_active[i], "distinct adapters per batch"),
+            ],
+            extra / float(op.pure_step.step_s[i]),
+            "share of a decode step",
+        ),
+        step(
+            "lora_swap_in_ms",
+            "max(1 - slots / adapters, 0) * adapter / TP_PP / (host_link * link_efficiency) * 1e3",
+            [
+                q("slots", slots, "resident"),
+                q("adapters", n, ""),
+                q("adapter", per_adapter, "B"),
+                tp_pp,
+                q("host_link", lora.HOST_LINK_BYTES_S, "B/s (PCIe 5.0 x16)"),
+                q("link_efficiency", c.link_efficiency[i], ""),
+            ],
+            float(lora.swap_in_s(one)[0]) * 1e3,
+            "ms added to TTFT on average",
+        ),
+    ]
+
+
+def _lora_fleet_step(c: CandidateArrays, fleet, i: int) -> Step:
+    return step(
+        "gpus_one_deployment_per_fine_tune",
+        "adapters * gpus_per_replica",
+        [
+            q("adapters", c.lora_adapters[i], "fine-tunes"),
+            q("gpus_per_replica", c.gpus_per_instance[i], "GPUs"),
+        ],
+        float(c.lora_adapters[i] * c.gpus_per_instance[i]),
+        "GPUs",
+        f"against {_finite_int(fleet.gpus[i])} GPUs for all adapters on one shared base",
+    )

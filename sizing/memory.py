@@ -301,6 +301,7 @@ def fit_memory(
     workspace = workspace_bytes_per_gpu(c)
     budget = usable - weights_gpu - workspace - c.runtime_overhead_bytes
     budget = budget - pinned_prefix_bytes_per_gpu(c) - draft_weight_bytes_per_gpu(c)
+    budget = budget - lora_resident_bytes_per_gpu(c)
     per_token_gpu = kv_bytes_per_token_per_gpu(c) + draft_kv_bytes_per_token_per_gpu(c)
     per_seq_gpu = kv_bytes_per_request_per_gpu(c, ctx)
     positive = np.maximum(budget, 0.0)
@@ -433,3 +434,10 @@ def draft_kv_bytes_per_token_per_gpu(c: CandidateArrays) -> np.ndarray:
     from sizing.speculative import draft_kv_bytes_per_token_per_gpu as draft
 
     return draft(c)
+
+
+def lora_resident_bytes_per_gpu(c: CandidateArrays) -> np.ndarray:
+    """Resident LoRA adapter slots on one GPU (B); see sizing.lora."""
+    from sizing.lora import resident_bytes_per_gpu
+
+    return resident_bytes_per_gpu(c)

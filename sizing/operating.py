@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sizing.candidates import CandidateArrays
+from sizing.lora import swap_in_s
 from sizing.memory import (
     R_WEIGHTS,
     MemoryFit,
@@ -293,7 +294,7 @@ def _operating_point(
     last_tokens = np.maximum(group - (n_ch * chunk - isl), 1.0)
     last = decode_step(c, dec, ctx, last_tokens, prompt)
     prefill_own = (n_ch - 1.0) * prefill.step_s + last.step_s
-    ttft = c.frontend_latency_s + prefill_own + wait_steps * prefill.step_s
+    ttft = c.frontend_latency_s + prefill_own + wait_steps * prefill.step_s + swap_in_s(c)
     residence = ttft + osl * tpot
     x_instance = b_rank / residence * c.dp
     queue = np.where(offered > batch, (offered - batch) / x_instance, 0.0)

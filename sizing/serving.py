@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sizing.engine_settings import SettingError, _number, _whole
-from sizing.specs import ModelSpec
+from sizing.specs import LORA_MODULES, ModelSpec
 
 SPEC_METHODS = ("draft", "eagle", "mtp")
 ROUTING_POLICIES = ("random", "least_loaded", "prefix_affinity")
-LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 SERVING_FIELDS = ("speculative", "routing", "distinct_prefixes", "lora")
 SPEC_FIELDS = (
     "method",

@@ -159,6 +159,15 @@ class Parallelism:
         return self.tp * self.pp * self.dp
 
 
+#: Modules a LoRA adapter may target (Hugging Face PEFT names of a Llama-style block).
+LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def lora_module_mask(modules) -> float:
+    """Bit mask of target module names (bit j = ``LORA_MODULES[j]``)."""
+    return float(sum(1 << LORA_MODULES.index(m) for m in set(modules) if m in LORA_MODULES))
+
+
 def tokens_per_verify_step(acceptance: float, k: int, by_position: tuple = ()) -> float:
     """Expected tokens one speculative verify step emits per sequence:
     ``(1 - a^(k+1)) / (1 - a)`` for a per-position acceptance a (the accepted run of drafts

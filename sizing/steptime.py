@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sizing.candidates import CandidateArrays
+from sizing.lora import lora_step_s
 from sizing.memory import kv_bytes_per_sequence_per_gpu, nonexpert_weight_bytes
 from sizing.speculative import drafting_s, verify_tokens_per_sequence
 
@@ -260,7 +261,9 @@ class StepTime:
     hop_s: np.ndarray  # one pipeline hop
     overhead_s: np.ndarray  # fixed per step (scheduler, launches, sampling)
     step_s: np.ndarray  # PP * stage_s + (PP - 1) * hop_s + overhead_s (+ draft_s)
-    draft_s: np.ndarray | float = 0.0  # speculative decoding: k drafter passes (speculative.py)
+    #: added kernels outside the base model's passes: speculative drafting (k drafter passes,
+    #: speculative.py) and batched LoRA adapters (lora.py)
+    draft_s: np.ndarray | float = 0.0
 
 
 def decode_step(
@@ -281,7 +284,9 @@ def decode_step(
     stage = stage_cost(c, b / c.pp, context_tokens, pre / c.pp, prompt_tokens)
     hop = pp_hop_s(c, (b * verify_tokens_per_sequence(c) + pre) / c.pp)
     overhead = step_overhead_total_s(c)
-    draft = drafting_s(c, b, context_tokens)
+    draft = drafting_s(c, b, context_tokens) + lora_step_s(
+        c, b * verify_tokens_per_sequence(c) + pre
+    )
     step = c.pp * stage.stage_s + (c.pp - 1) * hop + overhead + draft
     return StepTime(stage=stage, hop_s=hop, overhead_s=overhead, step_s=step, draft_s=draft)
 
