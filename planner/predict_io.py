@@ -17,7 +17,8 @@ from typing import TextIO
 import numpy as np
 
 from sizing.chain import predict_rows
-from sizing.engine_settings import ENGINE_FIELDS, SettingError, engine_overrides
+from sizing.engine_settings import ENGINE_FIELDS, SettingError, binding_setting, engine_overrides
+from sizing.operating import kv_sequences_live
 from sizing.serving import lora_overrides, speculative_overrides
 from sizing.specs import (
     Calibration,
@@ -303,12 +304,13 @@ def predict_csv(
             if results[i]["fits"]:
                 results[i].update(simulate_row(parsed[i], results[i], calibration_for))
     writer = csv.writer(sink, lineterminator="\n")
-    extra = [c for c in OUTPUT if c not in header]
+    outputs = OUTPUT + (("engine_binding",) if set(ENGINE_COLUMNS) & set(header) else ())
+    extra = [c for c in outputs if c not in header]
     writer.writerow(list(header) + extra)
     for i, row in enumerate(rows):
         out = dict(row)
         if i in errors:
-            out.update({c: "" for c in OUTPUT} | {"fits": "false", "reason": errors[i]})
+            out.update({c: "" for c in outputs} | {"fits": "false", "reason": errors[i]})
         else:
             out.update({c: _format(v) for c, v in results[i].items()})
         writer.writerow([out.get(c, "") for c in list(header) + extra])
@@ -343,7 +345,13 @@ def _predict(parsed: list, good: list[int], calibration_for) -> dict[int, dict]:
     )
     columns = {c: getattr(prediction, c).tolist() for c in OUTPUT if c != "profile"}
     columns["profile"] = [label for _, label in profiles]
-    return {i: {c: columns[c][k] for c in OUTPUT} for k, i in enumerate(good)}
+    out = {i: {c: columns[c][k] for c in OUTPUT} for k, i in enumerate(good)}
+    if any(r.settings for r in rows):  # which engine setting decides each row's memory
+        c, fit, op = prediction.candidates, prediction.memory, prediction.operating
+        live = kv_sequences_live(c, fit, op.isl_tokens, op.osl_tokens)
+        for k, i in enumerate(good):
+            out[i]["engine_binding"] = binding_setting(c, fit, live, k)
+    return out
 
 
 def simulate_row(row: ParsedRow, predicted: dict, calibration_for) -> dict:

@@ -877,7 +877,6 @@ def _plan_rows(
         ok = bool(fit.fits[i])
         serves = ok and stage.rate_rps[i] > 0
         bev, band = None, None
-        d += staged(STAGE_ENGINE, _engine_steps(c, fit, live, frontier, tpot_slo_s, i))
         if ok:
             d += staged(STAGE_OPERATING, _operating_steps(c, fit, op, i, spec))
             d += staged(STAGE_TAILS, stage.steps[i])
@@ -892,6 +891,8 @@ def _plan_rows(
         if serves and api_price is not None:
             bev, bev_steps = breakeven(fleet, i, api_price)
             d += staged(STAGE_BREAKEVEN, bev_steps)
+        # last, so the chain's stages keep their order: which setting binds, chunk frontier
+        d += staged(STAGE_ENGINE, _engine_steps(c, fit, live, frontier, tpot_slo_s, i))
         latency = stage.latency_ms[i]
         rows.append(
             PlanRow(

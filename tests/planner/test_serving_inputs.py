@@ -135,6 +135,8 @@ def test_predict_columns_change_the_answer_and_blank_means_default(catalog):
     assert rows[0]["kv_capacity_tokens"] == plain["kv_capacity_tokens"]
     assert rows[0]["ttft_ms"] == plain["ttft_ms"]
     assert float(rows[1]["kv_capacity_tokens"]) < float(plain["kv_capacity_tokens"])
+    assert rows[1]["engine_binding"].startswith("gpu_memory_utilization binds")
+    assert "engine_binding" not in plain  # only when an engine column is given
     # a 1,024-token budget: the closed-loop wave of 16 prompts is prefilled in smaller steps
     assert rows[2]["ttft_ms"] != plain["ttft_ms"] and rows[2]["tpot_ms"] != plain["tpot_ms"]
     assert float(rows[3]["ttft_ms"]) < float(plain["ttft_ms"])  # 1,488 of 2,000 cached
