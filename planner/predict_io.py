@@ -17,7 +17,7 @@ from typing import TextIO
 import numpy as np
 
 from sizing.chain import predict_rows
-from sizing.engine_settings import ENGINE_FIELDS, SettingError, binding_setting, engine_overrides
+from sizing.engine_settings import ENGINE_FIELDS, SettingError, binding_settings, engine_overrides
 from sizing.operating import kv_sequences_live
 from sizing.serving import lora_overrides, speculative_overrides
 from sizing.specs import (
@@ -348,9 +348,9 @@ def _predict(parsed: list, good: list[int], calibration_for) -> dict[int, dict]:
     out = {i: {c: columns[c][k] for c in OUTPUT} for k, i in enumerate(good)}
     if any(r.settings for r in rows):  # which engine setting decides each row's memory
         c, fit, op = prediction.candidates, prediction.memory, prediction.operating
-        live = kv_sequences_live(c, fit, op.isl_tokens, op.osl_tokens)
+        texts = binding_settings(c, fit, kv_sequences_live(c, fit, op.isl_tokens, op.osl_tokens))
         for k, i in enumerate(good):
-            out[i]["engine_binding"] = binding_setting(c, fit, live, k)
+            out[i]["engine_binding"] = texts[k]
     return out
 
 

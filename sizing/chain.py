@@ -21,15 +21,12 @@ from sizing import headroom, lora, routing
 from sizing.candidates import CandidateArrays
 from sizing.chunking import Frontier, chunk_frontier
 from sizing.derivation import Step, q, staged, step
-from sizing.engine_settings import binding_setting, min_gpu_memory_utilization
+from sizing.engine_settings import binding_settings, min_gpu_memory_utilization
 from sizing.fleet import Band, BreakEvenResult, breakeven, error_band, size_fleet
 from sizing.memory import (
     GB,
     MemoryFit,
     allocated_context,
-    cached_prefix_tokens,
-    draft_kv_bytes_per_token_per_gpu,
-    draft_weight_bytes_per_gpu,
     expert_shards,
     expert_weight_bytes,
     fit_memory,
@@ -37,9 +34,7 @@ from sizing.memory import (
     kv_bytes_per_request_per_gpu,
     kv_bytes_per_sequence_per_gpu,
     kv_elements_per_token_layer_per_gpu,
-    lora_resident_bytes_per_gpu,
     nonexpert_weight_bytes,
-    pinned_prefix_bytes_per_gpu,
 )
 from sizing.operating import (
     BINDING_NAMES,
@@ -277,16 +272,16 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
         q("workspace", fit.workspace_bytes_per_gpu[i], "B"),
         q("runtime_overhead", fit.runtime_overhead_bytes[i], "B"),
     ]
-    pinned = float(pinned_prefix_bytes_per_gpu(c)[i])
+    pinned = float(fit.pinned_prefix_bytes_per_gpu[i])
     terms = ["usable", "weights", "workspace", "runtime_overhead"]
     if pinned > 0:
         budget_in.append(q("pinned_prefix", pinned, "B (shared prefix KV, once per replica)"))
         terms.append("pinned_prefix")
-    draft_w = float(draft_weight_bytes_per_gpu(c)[i])
+    draft_w = float(fit.draft_weight_bytes_per_gpu[i])
     if draft_w > 0:
         budget_in.append(q("draft_weights", draft_w, "B (speculative drafter, / TP)"))
         terms.append("draft_weights")
-    adapters = float(lora_resident_bytes_per_gpu(c)[i])
+    adapters = float(fit.lora_resident_bytes_per_gpu[i])
     if adapters > 0:
         budget_in.append(q("lora_resident", adapters, "B (resident LoRA adapter slots)"))
         terms.append("lora_resident")
@@ -326,7 +321,7 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
     )
     per_token_in = [*layers, *kv_in, q("b_kv", b_kv, "B"), q("TP", tp, ""), q("PP", pp, "")]
     per_token_formula = f"layers / PP * {per_layer_gpu} * b_kv"
-    draft_kv = float(draft_kv_bytes_per_token_per_gpu(c)[i])
+    draft_kv = float(fit.draft_kv_bytes_per_token_per_gpu[i])
     if draft_kv > 0:
         per_token_in.append(q("draft_kv", draft_kv, "B/token (speculative drafter's cache)"))
         per_token_formula += " + draft_kv"
@@ -871,6 +866,15 @@ def _plan_rows(
     frontier = chunk_frontier(c, op.decode_seqs_per_step, op.context_tokens, long_prompt)
     tpot_slo_s = slo.tpot_ms / 1e3
     spec = _speculative_arrays(c, op.decode_seqs_per_step, op.context_tokens)
+    bindings = binding_settings(c, fit, live)
+    engine = _EngineArrays(
+        live,
+        frontier,
+        tpot_slo_s,
+        bindings,
+        *_engine_arrays(c, fit),
+        frontier.recommended(tpot_slo_s),
+    )
     rows: list[PlanRow] = []
     for i in range(n):
         d = staged(STAGE_MEMORY, _memory_steps(c, fit, i))
@@ -892,7 +896,7 @@ def _plan_rows(
             bev, bev_steps = breakeven(fleet, i, api_price)
             d += staged(STAGE_BREAKEVEN, bev_steps)
         # last, so the chain's stages keep their order: which setting binds, chunk frontier
-        d += staged(STAGE_ENGINE, _engine_steps(c, fit, live, frontier, tpot_slo_s, i))
+        d += staged(STAGE_ENGINE, _engine_steps(c, fit, engine, i))
         latency = stage.latency_ms[i]
         rows.append(
             PlanRow(
@@ -940,7 +944,7 @@ def _plan_rows(
                 mean_value_tpot_ms=float(op.tpot_s[i] * 1e3) if ok else math.nan,
                 band=band,
                 profile=cands[i].calibration.name or "physics defaults",
-                engine_binding=binding_setting(c, fit, live, i),
+                engine_binding=bindings[i],
                 chunk_frontier=_frontier_rows(frontier, i) if ok else (),
             )
         )
@@ -1139,7 +1143,8 @@ def _kv_per_live_sequence(c: CandidateArrays, op: OperatingPoint, i: int) -> flo
 def _prefix_steps(c: CandidateArrays, op: OperatingPoint, i: int) -> list[Step]:
     """Prefill a prefix-cache hit skips (the same rule as the simulator's)."""
     prompt = q("prompt", op.isl_tokens[i], "tokens")
-    cached = float(cached_prefix_tokens(c, op.isl_tokens)[i])
+    blocks = min(c.prefix_tokens[i] // c.block_size[i], (op.isl_tokens[i] - 1) // c.block_size[i])
+    cached = float(blocks * c.block_size[i])  # memory.cached_prefix_tokens for one row
     return [
         step(
             "prefix_cached_tokens",
@@ -1175,18 +1180,27 @@ def _frontier_rows(frontier: Frontier, i: int) -> tuple[dict, ...]:
     )
 
 
-def _engine_steps(
-    c: CandidateArrays,
-    fit: MemoryFit,
-    live: np.ndarray,
-    frontier: Frontier,
-    tpot_slo_s: float,
-    i: int,
-) -> list[Step]:
+@dataclass(frozen=True)
+class _EngineArrays:
+    live: np.ndarray
+    frontier: Frontier
+    tpot_slo_s: float
+    bindings: list
+    kv_one_sequence: np.ndarray
+    min_utilization: np.ndarray
+    recommended: np.ndarray
+
+
+def _engine_arrays(c: CandidateArrays, fit: MemoryFit) -> tuple:
+    ctx = np.maximum(fit.context_tokens, c.max_model_len)
+    one = kv_bytes_per_sequence_per_gpu(c, allocated_context(c, ctx))
+    return one, min_gpu_memory_utilization(c, fit)
+
+
+def _engine_steps(c: CandidateArrays, fit: MemoryFit, e: _EngineArrays, i: int) -> list[Step]:
     """Which engine setting binds the memory fit, and (fitting rows) the chunk-budget sweep:
     long-prompt TTFT against the TPOT a running stream sees while that prompt prefills."""
-    ctx = max(float(fit.context_tokens[i]), float(c.max_model_len[i]))
-    one = float(kv_bytes_per_sequence_per_gpu(c, allocated_context(c, np.array([ctx])))[i])
+    frontier = e.frontier
     s = [
         step(
             "min_gpu_memory_utilization",
@@ -1195,13 +1209,17 @@ def _engine_steps(
                 q("weights", fit.weights_bytes_per_gpu[i], "B"),
                 q("workspace", fit.workspace_bytes_per_gpu[i], "B"),
                 q("runtime", fit.runtime_overhead_bytes[i], "B"),
-                q("kv_one_sequence", one, "B (one sequence at max(context, max_model_len))"),
+                q(
+                    "kv_one_sequence",
+                    e.kv_one_sequence[i],
+                    "B (one sequence at max(context, max_model_len))",
+                ),
                 q("HBM_bytes", c.memory_bytes[i], "B"),
             ],
-            float(min_gpu_memory_utilization(c, fit)[i]),
+            float(e.min_utilization[i]),
             "",
             f"set: {c.gpu_memory_utilization[i]:.2f}",
-        ),
+        ),  # fmt: skip
         step(
             "engine_setting_binding",
             "the setting that decides the fit or caps the batch (engine_settings.py)",
@@ -1210,9 +1228,9 @@ def _engine_steps(
                 q("max_num_seqs", c.max_num_seqs[i], "sequences per DP rank"),
                 q("max_num_batched_tokens", c.max_num_batched_tokens[i], "tokens"),
                 q("max_model_len", c.max_model_len[i], "tokens (0: the model's maximum)"),
-                q("kv_sequences_live", live[i], "sequences"),
+                q("kv_sequences_live", e.live[i], "sequences"),
             ],
-            binding_setting(c, fit, live, i),
+            e.bindings[i],
             "",
             kind="model",
         ),
@@ -1245,7 +1263,7 @@ def _engine_steps(
             "TPOT every running stream sees while the long prompt prefills",
         )
     )
-    rec = float(frontier.recommended(tpot_slo_s)[i])
+    rec = float(e.recommended[i])
     s.append(
         step(
             "chunk_budget_frontier",

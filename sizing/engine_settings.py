@@ -135,8 +135,21 @@ def max_chunk_budget(c: CandidateArrays, fit: MemoryFit) -> np.ndarray:
 def binding_setting(c: CandidateArrays, fit: MemoryFit, kv_sequences: np.ndarray, i: int) -> str:
     """Which engine setting decides row ``i``'s memory outcome, with the value that would
     change it (text)."""
-    code = int(fit.reason_code[i])
     u_min = float(min_gpu_memory_utilization(c, fit)[i])
+    return _binding_text(c, fit, kv_sequences, i, u_min, float(max_chunk_budget(c, fit)[i]))
+
+
+def binding_settings(c: CandidateArrays, fit: MemoryFit, kv_sequences: np.ndarray) -> list[str]:
+    """``binding_setting`` for every row (the arrays computed once)."""
+    u_min, b_max = min_gpu_memory_utilization(c, fit), max_chunk_budget(c, fit)
+    return [
+        _binding_text(c, fit, kv_sequences, i, float(u_min[i]), float(b_max[i]))
+        for i in range(len(c))
+    ]
+
+
+def _binding_text(c, fit, kv_sequences, i: int, u_min: float, b: float) -> str:
+    code = int(fit.reason_code[i])
     u = float(c.gpu_memory_utilization[i])
     if code in (R_WEIGHTS, R_NO_KV_ROOM, R_ONE_SEQUENCE, R_MODEL_LEN_KV):
         fixes = []
@@ -151,7 +164,6 @@ def binding_setting(c: CandidateArrays, fit: MemoryFit, kv_sequences: np.ndarray
         else:
             u_fit = math.ceil(u_min * 100) / 100
             fixes.append(f"gpu_memory_utilization {u:.2f} binds: {u_fit:.2f} fits")
-        b = float(max_chunk_budget(c, fit)[i])
         if code != R_WEIGHTS and b >= c.block_size[i]:
             fixes.append(f"max_num_batched_tokens <= {int(b):,} fits")
         return "; or ".join(fixes)

@@ -180,11 +180,14 @@ def kv_bytes_per_request_per_gpu(c: CandidateArrays, context_tokens: np.ndarray)
     ``h * kv(alloc(c - cached)) + (1 - h) * kv(alloc(c))``; without hits ``kv(alloc(c))``."""
     ctx = np.asarray(context_tokens, dtype=np.float64)
     miss = kv_bytes_per_sequence_per_gpu(c, allocated_context(c, ctx))
+    draft = draft_kv_bytes_per_token_per_gpu(c)
+    if not np.any(c.prefix_hit_rate > 0) and not np.any(draft > 0):
+        return miss  # the common case, at the cost it always had
     hit = kv_bytes_per_sequence_per_gpu(c, allocated_context(c, ctx - cached_prefix_tokens(c, ctx)))
     h = c.prefix_hit_rate
     own = np.where(h > 0, h * hit + (1.0 - h) * miss, miss)
     # speculative decoding: the drafter caches every token of the sequence too
-    return own + allocated_context(c, ctx) * draft_kv_bytes_per_token_per_gpu(c)
+    return own + allocated_context(c, ctx) * draft
 
 
 # ---------------------------------------------------------------------------- budget
@@ -267,6 +270,12 @@ class MemoryFit:
     max_concurrency: np.ndarray
     fits: np.ndarray
     reason_code: np.ndarray
+    # what the serving techniques take per GPU (B; 0 when unused): the pinned shared prefix,
+    # the speculative drafter's weights and cache per token, the resident LoRA adapters
+    pinned_prefix_bytes_per_gpu: np.ndarray
+    draft_weight_bytes_per_gpu: np.ndarray
+    draft_kv_bytes_per_token_per_gpu: np.ndarray
+    lora_resident_bytes_per_gpu: np.ndarray
 
     @property
     def weights_gb_per_gpu(self) -> np.ndarray:
@@ -300,9 +309,11 @@ def fit_memory(
     usable = usable_bytes_per_gpu(c)
     workspace = workspace_bytes_per_gpu(c)
     budget = usable - weights_gpu - workspace - c.runtime_overhead_bytes
-    budget = budget - pinned_prefix_bytes_per_gpu(c) - draft_weight_bytes_per_gpu(c)
-    budget = budget - lora_resident_bytes_per_gpu(c)
-    per_token_gpu = kv_bytes_per_token_per_gpu(c) + draft_kv_bytes_per_token_per_gpu(c)
+    pinned, draft_w = pinned_prefix_bytes_per_gpu(c), draft_weight_bytes_per_gpu(c)
+    draft_kv, adapters = draft_kv_bytes_per_token_per_gpu(c), lora_resident_bytes_per_gpu(c)
+    budget = budget - pinned - draft_w
+    budget = budget - adapters
+    per_token_gpu = kv_bytes_per_token_per_gpu(c) + draft_kv
     per_seq_gpu = kv_bytes_per_request_per_gpu(c, ctx)
     positive = np.maximum(budget, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -331,6 +342,10 @@ def fit_memory(
         max_concurrency=np.where(fits, concurrency, 0.0),
         fits=fits,
         reason_code=code,
+        pinned_prefix_bytes_per_gpu=pinned,
+        draft_weight_bytes_per_gpu=draft_w,
+        draft_kv_bytes_per_token_per_gpu=draft_kv,
+        lora_resident_bytes_per_gpu=adapters,
     )
 
 
