@@ -1385,11 +1385,11 @@ def _speculative_choice(rows, cands, traffic, slo, policy, api_price, tails, cap
     out = list(rows)
     for i in spec:
         on, plain = rows[i], rows_off[i]
-        keep_on = _order_key(on) <= _order_key(plain)
+        keep_on = _order_key(on) < _order_key(plain)  # a tie keeps the simpler deployment
         chosen = on if keep_on else plain
         choice = step(
             "speculative_decoding",
-            "keep the cheaper of with / without under the SLO",
+            "keep the cheaper of with / without under the SLO (a tie: without)",
             [
                 q("usd_per_month_with", on.usd_per_month, "USD"),
                 q("meets_slo_with", 1.0 if on.meets_slo else 0.0, ""),
