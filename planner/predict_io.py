@@ -67,7 +67,10 @@ ENGINE_COLUMNS = ENGINE_FIELDS
 PREFIX_COLUMNS = ("prefix_tokens", "prefix_hit_rate")
 SPEC_COLUMNS = ("spec_method", "spec_tokens", "spec_acceptance")
 LORA_COLUMNS = ("lora_adapters", "lora_rank", "lora_active")
-OPTIONAL = ENGINE_COLUMNS + PREFIX_COLUMNS + SPEC_COLUMNS + LORA_COLUMNS
+#: the routed experts' precision when the checkpoint mixes them (gpt-oss: fp4 experts, bf16
+#: attention); blank: weight_precision
+PRECISION_COLUMNS = ("expert_precision",)
+OPTIONAL = ENGINE_COLUMNS + PREFIX_COLUMNS + SPEC_COLUMNS + LORA_COLUMNS + PRECISION_COLUMNS
 
 
 class RowError(ValueError):
@@ -92,6 +95,7 @@ class ParsedRow:
     settings: tuple = ()  # sorted (name, value) EngineSettings overrides
     prefix_tokens: float = 0.0
     prefix_hit_rate: float = 0.0
+    expert_precision: str = ""
 
     def engine_settings(self) -> EngineSettings:
         return _engine_settings(self.engine, self.settings)
@@ -234,6 +238,8 @@ def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
     engine, release = _engine(row)
     settings = _settings(row, model)
     prefix_tokens, prefix_hit_rate = _prefix(row)
+    expert_text = (row.get("expert_precision") or "").strip()
+    expert = _precision(expert_text, "expert_precision") if expert_text else ""
     return ParsedRow(
         model,
         gpu,
@@ -251,6 +257,7 @@ def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
         settings,
         prefix_tokens,
         prefix_hit_rate,
+        expert,
     )
 
 
@@ -342,6 +349,7 @@ def _predict(parsed: list, good: list[int], calibration_for) -> dict[int, dict]:
         calibration=[chosen[0] for chosen in profiles],
         prefix_tokens=np.array([r.prefix_tokens for r in rows]),
         prefix_hit_rate=np.array([r.prefix_hit_rate for r in rows]),
+        expert_precision=[r.expert_precision or None for r in rows],
     )
     columns = {c: getattr(prediction, c).tolist() for c in OUTPUT if c != "profile"}
     columns["profile"] = [label for _, label in profiles]
@@ -367,7 +375,8 @@ def simulate_row(row: ParsedRow, predicted: dict, calibration_for) -> dict:
     dp = int(default_dp(row.num_gpus, row.tp, row.pp))
     c = CandidateArrays.build(row.model, row.gpu, row.weight_precision, row.kv_precision or None,
                               row.tp, row.pp, row.ep, dp, engine,
-                              calibration_for(row)[0])  # fmt: skip
+                              calibration_for(row)[0],
+                              expert_precision=row.expert_precision or None)  # fmt: skip
     conc = row.concurrency
     if not math.isfinite(conc):
         conc = min(predicted["max_concurrency"], engine.max_num_seqs * dp)

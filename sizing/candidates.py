@@ -222,6 +222,10 @@ class CandidateArrays:
     usd_per_gpu_hour: np.ndarray
     # precision
     weight_bytes_per_param: np.ndarray
+    #: routed experts' bytes per param: their own precision when the checkpoint mixes them
+    #: (gpt-oss MXFP4 experts with bf16 attention, Kimi K2 int4 experts), else the weights'
+    expert_bytes_per_param: np.ndarray
+    expert_precision_code: np.ndarray
     kv_bytes_per_element: np.ndarray
     peak_flops: np.ndarray
     # parallelism
@@ -285,10 +289,12 @@ class CandidateArrays:
         engine: EngineSettings | Sequence[EngineSettings] | None = None,
         calibration: Calibration | Sequence[Calibration] | None = None,
         usd_per_gpu_hour: float | Sequence[float] | None = None,
+        expert_precision: str | Sequence[str | None] | None = None,
     ) -> CandidateArrays:
         """Rows from specs; each argument is one value (broadcast) or a sequence of n values.
 
-        ``kv_precision`` None/''/'auto' picks ``precision.default_kv_precision``.
+        ``kv_precision`` None/''/'auto' picks ``precision.default_kv_precision``;
+        ``expert_precision`` None/'' keeps the routed experts at ``weight_precision``.
         ``usd_per_gpu_hour`` overrides ``GpuSpec.usd_per_gpu_hour`` when given.
         """
         n = _length(
@@ -310,6 +316,8 @@ class CandidateArrays:
         c_uniq, c_idx = _factorize_objects(calibration or Calibration(), n, Calibration)
         w_code = precision_codes(weight_precision, n)
         kv_code = precision_codes(kv_precision if kv_precision is not None else [None] * n, n)
+        e_code = precision_codes(expert_precision if expert_precision is not None else [None] * n,
+                                 n)  # fmt: skip
         return cls.from_tables(
             m_uniq,
             g_uniq,
@@ -326,6 +334,7 @@ class CandidateArrays:
             c_uniq,
             c_idx,
             usd_per_gpu_hour,
+            e_code,
         )
 
     @classmethod
@@ -346,9 +355,11 @@ class CandidateArrays:
         calibrations: Sequence[Calibration] = (Calibration(),),
         calibration_index: Any = 0,
         usd_per_gpu_hour: Any = None,
+        expert_precision_code: Any = -1,
     ) -> CandidateArrays:
         """Fast path: unique spec tables plus integer index arrays (what the bench and
-        ``predict_rows`` use). ``kv_precision_code`` -1 means the default for the weights."""
+        ``predict_rows`` use). ``kv_precision_code`` -1 means the default for the weights;
+        ``expert_precision_code`` -1 the weights' own precision."""
         model_index = np.asarray(model_index, dtype=np.int64)
         gpu_index = np.asarray(gpu_index, dtype=np.int64)
         n = max(len(model_index), len(gpu_index), np.size(weight_precision_code))
@@ -378,6 +389,10 @@ class CandidateArrays:
         kv_bytes = np.array([kv_bytes_per_element(p) for p in PRECISIONS])
         peaks = np.array([[peak_flops(g, p) for p in PRECISIONS] for g in gpus])
         cols["weight_bytes_per_param"] = w_bytes[w_code]
+        e_code = np.broadcast_to(np.asarray(expert_precision_code, dtype=np.int64), (n,))
+        e_code = np.where(e_code < 0, w_code, e_code)
+        cols["expert_precision_code"] = e_code
+        cols["expert_bytes_per_param"] = w_bytes[e_code]
         cols["kv_bytes_per_element"] = kv_bytes[kv_code]
         cols["peak_flops"] = peaks[gpu_index, w_code]
         for name, v in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp)):
@@ -420,6 +435,9 @@ class CandidateArrays:
 
     def weight_precision(self, i: int) -> str:
         return PRECISIONS[self.weight_precision_code[i]]
+
+    def expert_precision(self, i: int) -> str:
+        return PRECISIONS[self.expert_precision_code[i]]
 
     def kv_precision(self, i: int) -> str:
         return PRECISIONS[self.kv_precision_code[i]]

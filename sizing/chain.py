@@ -35,6 +35,7 @@ from sizing.memory import (
     kv_bytes_per_sequence_per_gpu,
     kv_elements_per_token_layer_per_gpu,
     nonexpert_weight_bytes,
+    routed_expert_params,
 )
 from sizing.operating import (
     BINDING_NAMES,
@@ -138,6 +139,7 @@ def predict_rows(
     calibration: Calibration | Sequence[Calibration] | None = None,
     prefix_tokens: Any = 0.0,
     prefix_hit_rate: Any = 0.0,
+    expert_precision: str | Sequence[str | None] | None = None,
 ) -> Predictions:
     """Predict throughput and latency for n benchmark-shaped rows at once.
 
@@ -155,6 +157,8 @@ def predict_rows(
     engine, calibration : one object or a sequence of n (defaults: vLLM-like, physics)
     prefix_tokens, prefix_hit_rate : a shared prompt prefix and the share of requests that
         find it cached (0: none); prefill skips it, its KV is pinned once per instance
+    expert_precision : the routed experts' precision per row (None/'': weight_precision), for
+        checkpoints with 4-bit experts and 8/16-bit attention
 
     Returns
     -------
@@ -166,8 +170,9 @@ def predict_rows(
     tp_a, pp_a = np.asarray(tp, dtype=np.int64), np.asarray(pp, dtype=np.int64)
     dp = default_dp(n_gpus, tp_a, pp_a)
     c = CandidateArrays.build(
-        models, gpus, weight_precision, kv_precision, tp_a, pp_a, ep, dp, engine, calibration
-    )
+        models, gpus, weight_precision, kv_precision, tp_a, pp_a, ep, dp, engine, calibration,
+        expert_precision=expert_precision,
+    )  # fmt: skip
     if np.any(np.asarray(prefix_hit_rate) > 0):
         c = c.with_prefix(prefix_tokens, prefix_hit_rate)
     n = len(c)
@@ -211,16 +216,25 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
     s: list[Step] = []
     b_w, b_kv = c.weight_bytes_per_param[i], c.kv_bytes_per_element[i]
     tp, pp, dp = int(c.tp[i]), int(c.pp[i]), int(c.dp[i])
+    weights_in = [
+        q("P", c.total_params[i], "params"),
+        q("P_hp", high_precision_params(c)[i], "params (embedding + LM head)"),
+        q("b_w", b_w, "B/param"),
+        q("weight_precision", c.weight_precision(i), ""),
+    ]
+    weights_formula = "(P - P_hp) * b_w + P_hp * max(b_w, 2)"
+    if c.expert_precision_code[i] != c.weight_precision_code[i]:  # mixed-precision checkpoint
+        weights_formula = "(P - P_hp - P_e) * b_w + P_hp * max(b_w, 2) + P_e * b_e"
+        weights_in += [
+            q("P_e", routed_expert_params(c)[i], "params (routed experts)"),
+            q("b_e", c.expert_bytes_per_param[i], "B/param"),
+            q("expert_precision", c.expert_precision(i), ""),
+        ]
     s.append(
         step(
             "weights_bytes_total",
-            "(P - P_hp) * b_w + P_hp * max(b_w, 2)",
-            [
-                q("P", c.total_params[i], "params"),
-                q("P_hp", high_precision_params(c)[i], "params (embedding + LM head)"),
-                q("b_w", b_w, "B/param"),
-                q("weight_precision", c.weight_precision(i), ""),
-            ],
+            weights_formula,
+            weights_in,
             fit.weights_bytes_total[i],
             "B",
             "quantized checkpoints keep the embedding and LM head in bf16",
@@ -672,6 +686,8 @@ class Candidate:
     engine: EngineSettings = EngineSettings()
     calibration: Calibration = Calibration()
     label: str = ""
+    #: the routed experts' precision when the checkpoint mixes them (None: weight_precision)
+    expert_precision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -759,6 +775,7 @@ def candidate_arrays(candidates: Sequence[Candidate]) -> CandidateArrays:
         [k.parallelism.dp for k in cands],
         [k.engine for k in cands],
         [k.calibration for k in cands],
+        expert_precision=[k.expert_precision for k in cands],
     )
 
 

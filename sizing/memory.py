@@ -76,8 +76,9 @@ def nonexpert_weight_bytes(c: CandidateArrays) -> np.ndarray:
 
 
 def expert_weight_bytes(c: CandidateArrays) -> np.ndarray:
-    """Bytes of the routed experts (B): ``P_routed * b_w``."""
-    return routed_expert_params(c) * c.weight_bytes_per_param
+    """Bytes of the routed experts (B): ``P_routed * b_e`` (``b_e`` = their own precision's
+    bytes when the checkpoint mixes precisions, else ``b_w``)."""
+    return routed_expert_params(c) * c.expert_bytes_per_param
 
 
 def weights_bytes_total(c: CandidateArrays) -> np.ndarray:

@@ -126,7 +126,8 @@ def streamed_expert_bytes_per_gpu(c: CandidateArrays, tokens: np.ndarray) -> np.
     """Routed-expert bytes one GPU reads for ``tokens`` per DP rank and stage (B).
 
     With EP the experts of all DP ranks' tokens live on the EP group: ``T = tokens * DP``,
-    ``E_distinct(T) * params_per_expert * b_w * (L_moe / PP) / EP``; without EP each rank
+    ``E_distinct(T) * params_per_expert * b_e * (L_moe / PP) / EP`` (``b_e``: the experts'
+    bytes per param, ``b_w`` unless the checkpoint mixes precisions); without EP each rank
     holds TP-sharded copies and only its own tokens route there.
     """
     group_tokens = np.where(c.ep > 1, tokens * c.dp, tokens)
@@ -135,7 +136,7 @@ def streamed_expert_bytes_per_gpu(c: CandidateArrays, tokens: np.ndarray) -> np.
     return (
         distinct
         * c.params_per_expert
-        * c.weight_bytes_per_param
+        * c.expert_bytes_per_param
         * c.num_moe_layers
         / (c.pp * shards)
     )

@@ -132,6 +132,9 @@ def test_predict_columns_change_the_answer_and_blank_means_default(catalog):
         ],
     )
     plain = _predict("", [base])[0]
+    mixed = _predict(",expert_precision", [base + ",fp4", base + ",fp3"])
+    assert mixed[0]["tpot_ms"] == plain["tpot_ms"]  # a dense model has no routed experts
+    assert mixed[1]["fits"] == "false" and mixed[1]["reason"].startswith("expert_precision")
     assert rows[0]["kv_capacity_tokens"] == plain["kv_capacity_tokens"]
     assert rows[0]["ttft_ms"] == plain["ttft_ms"]
     assert float(rows[1]["kv_capacity_tokens"]) < float(plain["kv_capacity_tokens"])
