@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from sizing import headroom, lora, routing
+from sizing import headroom, routing
 from sizing.candidates import CandidateArrays
-from sizing.chunking import Frontier, chunk_frontier
+from sizing.chunking import chunk_frontier
 from sizing.derivation import Step, q, staged, step
-from sizing.engine_settings import binding_settings, min_gpu_memory_utilization
+from sizing.engine_settings import binding_settings
 from sizing.fleet import Band, BreakEvenResult, breakeven, error_band, size_fleet
 from sizing.memory import (
     GB,
@@ -32,7 +32,6 @@ from sizing.memory import (
     fit_memory,
     high_precision_params,
     kv_bytes_per_request_per_gpu,
-    kv_bytes_per_sequence_per_gpu,
     kv_elements_per_token_layer_per_gpu,
     nonexpert_weight_bytes,
     routed_expert_params,
@@ -56,8 +55,21 @@ from sizing.specs import (
     Slo,
     Traffic,
 )
-from sizing.speculative import break_even_batch, decode_steps, drafting_s
 from sizing.tail_model import DEFAULT_TAILS, Lengths, TailConstants, TailModel
+from sizing.technique_steps import (
+    EngineArrays,
+    draft_input,
+    draft_term,
+    engine_arrays,
+    engine_steps,
+    frontier_rows,
+    lora_fleet_step,
+    lora_steps,
+    prefix_steps,
+    routing_steps,
+    speculative_arrays,
+    speculative_steps,
+)
 
 
 # ============================================================================ predict_rows
@@ -435,7 +447,7 @@ def _operating_steps(
     b_rank = q("B_rank", op.batch_per_rank[i], "sequences per DP rank")
     isl, osl = q("isl", op.isl_tokens[i], "tokens"), q("osl", op.osl_tokens[i], "tokens")
     if c.prefix_hit_rate[i] > 0:
-        s += _prefix_steps(c, op, i)
+        s += prefix_steps(c, op, i)
         isl = q("isl", op.prefill_isl_tokens[i], "tokens prefilled (cached prefix skipped)")
     n_chunks = q("n_chunks", op.n_chunks[i], "steps")
     live = kv_sequences_live(c, fit, op.isl_tokens, op.osl_tokens)
@@ -571,7 +583,7 @@ def _operating_steps(
     s.append(
         step(
             "pure_decode_step_ms",
-            "PP * (max(mem, flop) + comm) + (PP - 1) * hop + overhead" + _draft_term(pure, i),
+            "PP * (max(mem, flop) + comm) + (PP - 1) * hop + overhead" + draft_term(pure, i),
             [
                 q("mem", st.mem_s[i] * 1e3, "ms"),
                 q("flop", st.flop_s[i] * 1e3, "ms"),
@@ -579,7 +591,7 @@ def _operating_steps(
                 q("hop", pure.hop_s[i] * 1e3, "ms"),
                 q("overhead", pure.overhead_s[i] * 1e3, "ms"),
                 q("PP", pp, ""),
-                *_draft_input(pure, i),
+                *draft_input(pure, i),
             ],
             pure.step_s[i] * 1e3,
             "ms",
@@ -592,8 +604,7 @@ def _operating_steps(
         s.append(
             step(
                 name,
-                "PP * (max(mem, flop) + comm) + (PP - 1) * hop + overhead"
-                + _draft_term(st_time, i),
+                "PP * (max(mem, flop) + comm) + (PP - 1) * hop + overhead" + draft_term(st_time, i),
                 [
                     q("mem", st_time.stage.mem_s[i] * 1e3, "ms"),
                     q("flop", st_time.stage.flop_s[i] * 1e3, "ms (decode + prefill FLOPs)"),
@@ -601,7 +612,7 @@ def _operating_steps(
                     q("hop", st_time.hop_s[i] * 1e3, "ms"),
                     q("overhead", st_time.overhead_s[i] * 1e3, "ms"),
                     q("PP", pp, ""),
-                    *_draft_input(st_time, i),
+                    *draft_input(st_time, i),
                 ],
                 st_time.step_s[i] * 1e3,
                 "ms",
@@ -639,16 +650,16 @@ def _operating_steps(
         )
     )
     if c.lora_rank[i] > 0:
-        s += _lora_steps(c, fit, op, i)
+        s += lora_steps(c, fit, op, i)
     if c.spec_tokens[i] > 0:
         if spec is None:  # one row (predict's derivation): evaluate it alone
             one = slice(i, i + 1)
-            arrays = _speculative_arrays(
+            arrays = speculative_arrays(
                 c.take(np.array([i])), op.decode_seqs_per_step[one], op.context_tokens[one]
             )
-            s += _speculative_steps(c, op, i, arrays, 0)
+            s += speculative_steps(c, op, i, arrays, 0)
         else:
-            s += _speculative_steps(c, op, i, spec, i)
+            s += speculative_steps(c, op, i, spec, i)
     ttft, tpot = q("TTFT", op.ttft_s[i], "s"), q("TPOT", op.tpot_s[i], "s")
     s.append(step("residence_s", "TTFT + osl * TPOT", [ttft, osl, tpot], op.residence_s[i], "s"))
     s.append(
@@ -882,14 +893,14 @@ def _plan_rows(
     long_prompt = float(traffic.prompt_tokens_p95 or traffic.prompt_tokens_mean)
     frontier = chunk_frontier(c, op.decode_seqs_per_step, op.context_tokens, long_prompt)
     tpot_slo_s = slo.tpot_ms / 1e3
-    spec = _speculative_arrays(c, op.decode_seqs_per_step, op.context_tokens)
+    spec = speculative_arrays(c, op.decode_seqs_per_step, op.context_tokens)
     bindings = binding_settings(c, fit, live)
-    engine = _EngineArrays(
+    engine = EngineArrays(
         live,
         frontier,
         tpot_slo_s,
         bindings,
-        *_engine_arrays(c, fit),
+        *engine_arrays(c, fit),
         frontier.recommended(tpot_slo_s),
     )
     rows: list[PlanRow] = []
@@ -906,14 +917,14 @@ def _plan_rows(
         if serves:
             d += staged(STAGE_FLEET, fleet.steps(i))
             if c.lora_rank[i] > 0:
-                d += staged(STAGE_FLEET, [_lora_fleet_step(c, fleet, i)])
+                d += staged(STAGE_FLEET, [lora_fleet_step(c, fleet, i)])
             band, band_steps = error_band(fleet, i, cands[i].calibration.relative_error)
             d += staged(STAGE_BAND, band_steps)
         if serves and api_price is not None:
             bev, bev_steps = breakeven(fleet, i, api_price)
             d += staged(STAGE_BREAKEVEN, bev_steps)
         # last, so the chain's stages keep their order: which setting binds, chunk frontier
-        d += staged(STAGE_ENGINE, _engine_steps(c, fit, engine, i))
+        d += staged(STAGE_ENGINE, engine_steps(c, fit, engine, i))
         latency = stage.latency_ms[i]
         rows.append(
             PlanRow(
@@ -962,7 +973,7 @@ def _plan_rows(
                 band=band,
                 profile=cands[i].calibration.name or "physics defaults",
                 engine_binding=bindings[i],
-                chunk_frontier=_frontier_rows(frontier, i) if ok else (),
+                chunk_frontier=frontier_rows(frontier, i) if ok else (),
             )
         )
     return rows
@@ -1157,237 +1168,7 @@ def _kv_per_live_sequence(c: CandidateArrays, op: OperatingPoint, i: int) -> flo
     return float(kv_bytes_per_request_per_gpu(c, live)[i])
 
 
-def _prefix_steps(c: CandidateArrays, op: OperatingPoint, i: int) -> list[Step]:
-    """Prefill a prefix-cache hit skips (the same rule as the simulator's)."""
-    prompt = q("prompt", op.isl_tokens[i], "tokens")
-    blocks = min(c.prefix_tokens[i] // c.block_size[i], (op.isl_tokens[i] - 1) // c.block_size[i])
-    cached = float(blocks * c.block_size[i])  # memory.cached_prefix_tokens for one row
-    return [
-        step(
-            "prefix_cached_tokens",
-            "min(floor(prefix / block), floor((prompt - 1) / block)) * block",
-            [
-                q("prefix", c.prefix_tokens[i], "tokens"),
-                q("block", c.block_size[i], "tokens"),
-                prompt,
-            ],
-            cached,
-            "tokens",
-            "whole blocks of the shared prefix, never the prompt's last token",
-        ),
-        step(
-            "prefill_isl_tokens",
-            "prompt - hit_rate * cached",
-            [prompt, q("hit_rate", c.prefix_hit_rate[i], ""), q("cached", cached, "tokens")],
-            op.prefill_isl_tokens[i],
-            "tokens",
-            "prefill saved per request on average: hit_rate * cached",
-        ),
-    ]
-
-
-def _frontier_rows(frontier: Frontier, i: int) -> tuple[dict, ...]:
-    return tuple(
-        {
-            "max_num_batched_tokens": b,
-            "ttft_long_ms": float(frontier.ttft_long_s[k][i] * 1e3),
-            "tpot_stall_ms": float(frontier.stall_s[k][i] * 1e3),
-        }
-        for k, b in enumerate(frontier.budgets)
-    )
-
-
-@dataclass(frozen=True)
-class _EngineArrays:
-    live: np.ndarray
-    frontier: Frontier
-    tpot_slo_s: float
-    bindings: list
-    kv_one_sequence: np.ndarray
-    min_utilization: np.ndarray
-    recommended: np.ndarray
-
-
-def _engine_arrays(c: CandidateArrays, fit: MemoryFit) -> tuple:
-    ctx = np.maximum(fit.context_tokens, c.max_model_len)
-    one = kv_bytes_per_sequence_per_gpu(c, allocated_context(c, ctx))
-    return one, min_gpu_memory_utilization(c, fit)
-
-
-def _engine_steps(c: CandidateArrays, fit: MemoryFit, e: _EngineArrays, i: int) -> list[Step]:
-    """Which engine setting binds the memory fit, and (fitting rows) the chunk-budget sweep:
-    long-prompt TTFT against the TPOT a running stream sees while that prompt prefills."""
-    frontier = e.frontier
-    s = [
-        step(
-            "min_gpu_memory_utilization",
-            "(weights + workspace + runtime + kv_one_sequence) / HBM_bytes",
-            [
-                q("weights", fit.weights_bytes_per_gpu[i], "B"),
-                q("workspace", fit.workspace_bytes_per_gpu[i], "B"),
-                q("runtime", fit.runtime_overhead_bytes[i], "B"),
-                q(
-                    "kv_one_sequence",
-                    e.kv_one_sequence[i],
-                    "B (one sequence at max(context, max_model_len))",
-                ),
-                q("HBM_bytes", c.memory_bytes[i], "B"),
-            ],
-            float(e.min_utilization[i]),
-            "",
-            f"set: {c.gpu_memory_utilization[i]:.2f}",
-        ),  # fmt: skip
-        step(
-            "engine_setting_binding",
-            "the setting that decides the fit or caps the batch (engine_settings.py)",
-            [
-                q("gpu_memory_utilization", c.gpu_memory_utilization[i], ""),
-                q("max_num_seqs", c.max_num_seqs[i], "sequences per DP rank"),
-                q("max_num_batched_tokens", c.max_num_batched_tokens[i], "tokens"),
-                q("max_model_len", c.max_model_len[i], "tokens (0: the model's maximum)"),
-                q("kv_sequences_live", e.live[i], "sequences"),
-            ],
-            e.bindings[i],
-            "",
-            kind="model",
-        ),
-    ]
-    if not fit.fits[i]:
-        return s
-    chosen = float(c.max_num_batched_tokens[i])
-    k = frontier.budgets.index(int(chosen))
-    s.append(
-        step(
-            "long_prompt_ttft_ms",
-            "((n_chunks - 1) * stall_step + last_step) * 1e3",
-            [
-                q("n_chunks", frontier.n_chunks[k][i], "steps"),
-                q("stall_step", frontier.stall_s[k][i], "s (decode step carrying a full chunk)"),
-                q("last_step", frontier.last_s[k][i], "s (the remainder chunk)"),
-            ],
-            frontier.ttft_long_s[k][i] * 1e3,
-            "ms",
-            f"the long prompt's prefill at max_num_batched_tokens {int(chosen):,}, no queue",
-        )
-    )
-    s.append(
-        step(
-            "tpot_stall_ms",
-            "stall_step * 1e3",
-            [q("stall_step", frontier.stall_s[k][i], "s")],
-            frontier.stall_s[k][i] * 1e3,
-            "ms",
-            "TPOT every running stream sees while the long prompt prefills",
-        )
-    )
-    rec = float(e.recommended[i])
-    s.append(
-        step(
-            "chunk_budget_frontier",
-            "sweep max_num_batched_tokens: long-prompt TTFT vs running TPOT (chunking.py)",
-            [
-                q(f"b={b:,}", f"TTFT {t[i] * 1e3:.0f} ms / TPOT {st[i] * 1e3:.1f} ms", "")
-                for b, t, st in zip(
-                    frontier.budgets, frontier.ttft_long_s, frontier.stall_s, strict=True
-                )
-            ],
-            chosen,
-            "tokens (chosen)",
-            f"largest budget whose stall meets the TPOT SLO: {int(rec):,} tokens",
-            kind="model",
-        )
-    )
-    return s
-
-
 # ---------------------------------------------------------------------------- speculative
-def _draft_ms(st, i: int) -> float:
-    return float(st.draft_s[i]) * 1e3 if np.ndim(st.draft_s) else 0.0
-
-
-def _draft_term(st, i: int) -> str:
-    return " + draft" if _draft_ms(st, i) > 0 else ""
-
-
-def _draft_input(st, i: int) -> list:
-    ms = _draft_ms(st, i)
-    return [q("draft", ms, "ms (speculative drafter passes, LoRA kernels)")] if ms > 0 else []
-
-
-def _speculative_arrays(c: CandidateArrays, decode_seqs, context_tokens) -> dict | None:
-    """Plain and speculative step times, speed-up at the operating point's decode batch and
-    the break-even batch, for every row (None when no row speculates)."""
-    if not np.any(c.spec_tokens > 0):
-        return None
-    batch = np.maximum(np.asarray(decode_seqs, dtype=np.float64), 1.0)
-    plain, spec = decode_steps(c, batch, context_tokens)
-    return {
-        "batch": batch,
-        "plain_s": plain,
-        "spec_s": spec,
-        "speed_up": c.spec_tokens_per_step * plain / spec,
-        "draft_s": drafting_s(c, batch, context_tokens),
-        "break_even": break_even_batch(c, context_tokens),
-    }
-
-
-def _speculative_steps(c: CandidateArrays, op: OperatingPoint, i: int, a: dict, j: int) -> list:
-    k, tau = float(c.spec_tokens[i]), float(c.spec_tokens_per_step[i])
-    acceptance = float(c.spec_acceptance[i])
-    steps = []
-    if math.isfinite(acceptance) and acceptance > 0:
-        steps.append(
-            step(
-                "spec_tokens_per_verify_step",
-                "(1 - a ** (k + 1)) / (1 - a)",
-                [q("a", acceptance, "per-position acceptance"), q("k", k, "tokens drafted")],
-                tau,
-                "tokens per sequence per step",
-            )
-        )
-    else:
-        steps.append(
-            step(
-                "spec_tokens_per_verify_step",
-                "1 + sum_j prod_{i<=j} a_i (per-position acceptance)",
-                [q("k", k, "tokens drafted")],
-                tau,
-                "tokens per sequence per step",
-                kind="model",
-            )
-        )
-    draft = float(a["draft_s"][j])
-    steps += [
-        step(
-            "spec_draft_ms",
-            "k * draft_step * 1e3",
-            [q("k", k, ""), q("draft_step", draft / k, "s (one drafter pass, speculative.py)")],
-            draft * 1e3,
-            "ms per decode step",
-        ),
-        step(
-            "spec_speed_up",
-            "tau * plain_step / spec_step",
-            [
-                q("tau", tau, "tokens per verify step"),
-                q("plain_step", a["plain_s"][j], "s (decode step without drafting)"),
-                q("spec_step", a["spec_s"][j], "s (k + 1 tokens verified + k drafts)"),
-                q("B_rank", a["batch"][j], "sequences decoding per DP rank"),
-            ],
-            a["speed_up"][j],
-            "x at the operating point",
-        ),
-        step(
-            "spec_break_even_batch",
-            "smallest batch per DP rank with tau * t_plain(B) / t_spec(B) <= 1 (bisection)",
-            [q("tau", tau, ""), q("k", k, "")],
-            a["break_even"][j],
-            "sequences per DP rank",
-            "speculative decoding stops paying here: the target turns compute-bound",
-            kind="search",
-        ),
-    ]
-    return steps
 
 
 def _speculative_choice(rows, cands, traffic, slo, policy, api_price, tails, capacity, routed):
@@ -1457,124 +1238,9 @@ def _route(rows, cands, traffic, slo, policy, api_price, tails, capacity):
         cached = routing.cache_prefixes(free, prefix)
         hit[i] = routing.hit_rate(e.routing, cached, e.distinct_prefixes, r)
         imbalance[i] = routing.load_imbalance(e.routing, e.distinct_prefixes, r)
-        steps[i] = _routing_steps(e, row, prefix, live, cached, r, hit[i], imbalance[i])
+        steps[i] = routing_steps(e, row, prefix, live, cached, r, hit[i], imbalance[i])
     result = _Routed(hit, imbalance, steps)
     return _plan_rows(cands, traffic, slo, policy, api_price, tails, capacity, result), result
 
 
-def _routing_steps(e, row, prefix, live, cached, r, hit, imbalance) -> list[Step]:
-    d = q("D", e.distinct_prefixes, "distinct prefixes")
-    reps = q("R", r, "serving replicas (first pass)")
-    affinity = e.routing == "prefix_affinity"
-    return [
-        step(
-            "prefix_cache_prefixes_per_replica",
-            "max(floor(max(kv_capacity - batch * live_context, 0) / prefix), 1)",
-            [
-                q("kv_capacity", row.kv_capacity_tokens, "tokens per replica"),
-                q("batch", row.batch, "sequences"),
-                q("live_context", live, "tokens"),
-                q("prefix", prefix, "tokens"),
-            ],
-            cached,
-            "prefixes",
-            "the KV the running batch leaves free holds cached prefixes (LRU)",
-        ),
-        step(
-            "prefix_hit_rate",
-            "min(C * R / D, 1)" if affinity else "min(C / D, 1)",
-            [q("C", cached, "prefixes cached per replica"), d, *([reps] if affinity else [])],
-            hit,
-            "",
-            f"routing {e.routing}: "
-            + ("each replica sees D / R prefixes" if affinity else "every replica sees all D"),
-        ),
-        step(
-            "hottest_replica_load",
-            "min(max(1 + sqrt(2 * R * log(R) / D), R / D), R)" if affinity and r > 1 else "1",
-            [reps, d] if affinity and r > 1 else [],
-            imbalance,
-            "x the mean load",
-            "prefix affinity hashes prefixes onto replicas: the hottest sets the fleet"
-            if affinity
-            else "load spreads evenly",
-        ),
-    ]
-
-
 # ---------------------------------------------------------------------------- LoRA
-def _lora_steps(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> list[Step]:
-    """One row's adapter memory, step overhead and swap-in (sizing.lora)."""
-    one = c.take(np.array([i]))
-    dims = float(lora.module_dims_per_layer(one)[0])
-    per_adapter = float(lora.adapter_bytes(one)[0])
-    per_gpu = per_adapter / (c.tp[i] * c.pp[i])
-    tokens = op.decode_seqs_per_step[i : i + 1] * (c.spec_tokens[i] + 1.0)
-    extra = float(lora.lora_step_s(one, tokens)[0])
-    slots, n = float(c.lora_resident_slots[i]), float(c.lora_adapters[i])
-    room = fit.kv_budget_bytes_per_gpu[i] + slots * per_gpu
-    tp_pp = q("TP_PP", c.tp[i] * c.pp[i], "GPUs a replica's weights split over")
-    return [
-        step(
-            "lora_adapter_bytes",
-            "r * dims * layers * 2",
-            [
-                q("r", c.lora_rank[i], "rank"),
-                q("dims", dims, "sum over target modules of d_in + d_out"),
-                q("layers", c.num_layers[i], ""),
-            ],
-            per_adapter,
-            "B (bf16, whole model)",
-        ),
-        step(
-            "lora_adapters_fit_per_gpu",
-            "floor(room / (adapter / TP_PP))",
-            [
-                q("room", room, "B (KV budget + the resident slots)"),
-                q("adapter", per_adapter, "B"),
-                tp_pp,
-            ],
-            float(np.floor(room / per_gpu)),
-            "adapters (if they took all of the KV budget)",
-            f"{int(slots)} resident slots of {int(n)} adapters",
-        ),  # fmt: skip
-        step(
-            "lora_step_overhead",
-            "lora_step / pure_step",
-            [
-                q("lora_step", extra, "s (adapter reads + SGMV FLOPs + kernels, lora.py)"),
-                q("pure_step", op.pure_step.step_s[i], "s (includes lora_step)"),
-                q("active", c.lora_active[i], "distinct adapters per batch"),
-            ],
-            extra / float(op.pure_step.step_s[i]),
-            "share of a decode step",
-        ),
-        step(
-            "lora_swap_in_ms",
-            "max(1 - slots / adapters, 0) * adapter / TP_PP / (host_link * link_efficiency) * 1e3",
-            [
-                q("slots", slots, "resident"),
-                q("adapters", n, ""),
-                q("adapter", per_adapter, "B"),
-                tp_pp,
-                q("host_link", lora.HOST_LINK_BYTES_S, "B/s (PCIe 5.0 x16)"),
-                q("link_efficiency", c.link_efficiency[i], ""),
-            ],
-            float(lora.swap_in_s(one)[0]) * 1e3,
-            "ms added to TTFT on average",
-        ),
-    ]
-
-
-def _lora_fleet_step(c: CandidateArrays, fleet, i: int) -> Step:
-    return step(
-        "gpus_one_deployment_per_fine_tune",
-        "adapters * gpus_per_replica",
-        [
-            q("adapters", c.lora_adapters[i], "fine-tunes"),
-            q("gpus_per_replica", c.gpus_per_instance[i], "GPUs"),
-        ],
-        float(c.lora_adapters[i] * c.gpus_per_instance[i]),
-        "GPUs",
-        f"against {_finite_int(fleet.gpus[i])} GPUs for all adapters on one shared base",
-    )
