@@ -536,14 +536,7 @@ def build_inputs_snapshot(
         "api_price": snap.to_json(api) if api else None,
         # the scenario names no API: each model's break-even is against its own sheet price
         "api_prices_by_model": {} if api else _api_prices_by_model(models, sheet, traffic),
-        "engine": snap.to_json(
-            engine_settings_for(
-                scenario.engine,
-                scenario.engine_settings,
-                scenario.serving,
-                [m.pk for m in models],
-            )
-        ),
+        "engine": snap.to_json(_snapshot_engine(scenario, models)),
         "calibrations": _calibrations(scenario, gpus),
         "models": {m.slug: snap.to_json(model_spec(m)) for m in models},
         "gpus": {g.slug: _gpu_json(g, quotes[g.slug]) for g in gpus},
@@ -563,6 +556,17 @@ def build_inputs_snapshot(
         # re-size the leading candidates on simulated tail latencies (planner.tails)
         "simulate_tails": settings.SIZING_SIMULATE_TAILS,
     }
+
+
+def _snapshot_engine(scenario: Scenario, models) -> EngineSettings:
+    """The scenario's engine settings; a block that no longer checks (its draft model was
+    removed from the catalog) is a field error, not a crash."""
+    try:
+        return engine_settings_for(
+            scenario.engine, scenario.engine_settings, scenario.serving, [m.pk for m in models]
+        )
+    except SettingError as exc:
+        raise ValidationError({exc.field: [exc.message]}) from exc
 
 
 def _gpu_json(gpu: GpuSku, quotes: dict) -> dict:
