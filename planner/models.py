@@ -90,6 +90,18 @@ class Scenario(models.Model):
     calibration_profile = models.CharField(
         max_length=120, blank=True, help_text="Blank: the best profile for each GPU."
     )
+    # engine settings and serving techniques (sizing.engine_settings, sizing.serving)
+    engine_settings = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="gpu_memory_utilization, max_num_seqs, max_num_batched_tokens, "
+        "max_model_len; empty: the engine's defaults (0.90 / 1,024 / 8,192 / model maximum).",
+    )
+    serving = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="speculative, routing + distinct_prefixes, lora; empty: none.",
+    )
 
     # pricing
     price_sheet = models.ForeignKey(

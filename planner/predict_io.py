@@ -8,6 +8,7 @@ a few hundred distinct look-ups, and the core evaluates all good rows in one vec
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -16,6 +17,9 @@ from typing import TextIO
 import numpy as np
 
 from sizing.chain import predict_rows
+from sizing.engine_settings import ENGINE_FIELDS, SettingError, binding_settings, engine_overrides
+from sizing.operating import kv_sequences_live
+from sizing.serving import lora_overrides, speculative_overrides
 from sizing.specs import (
     Calibration,
     EngineSettings,
@@ -23,6 +27,7 @@ from sizing.specs import (
     ModelSpec,
     canonical_precision,
 )
+from sizing.speculative import default_head_params
 
 REQUIRED = (
     "model",
@@ -56,6 +61,16 @@ ENGINES = {"vllm", "sglang", "trtllm"}
 ENGINE_ALIASES = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}
 MAX_GPUS = 100_000
 MAX_TOKENS = 10_000_000
+#: Optional input columns: engine settings, prefix cache, speculative decoding, LoRA. Blank
+#: or absent: the engine's defaults and no technique (the numbers are then unchanged).
+ENGINE_COLUMNS = ENGINE_FIELDS
+PREFIX_COLUMNS = ("prefix_tokens", "prefix_hit_rate")
+SPEC_COLUMNS = ("spec_method", "spec_tokens", "spec_acceptance")
+LORA_COLUMNS = ("lora_adapters", "lora_rank", "lora_active")
+#: the routed experts' precision when the checkpoint mixes them (gpt-oss: fp4 experts, bf16
+#: attention); blank: weight_precision
+PRECISION_COLUMNS = ("expert_precision",)
+OPTIONAL = ENGINE_COLUMNS + PREFIX_COLUMNS + SPEC_COLUMNS + LORA_COLUMNS + PRECISION_COLUMNS
 
 
 class RowError(ValueError):
@@ -77,6 +92,13 @@ class ParsedRow:
     concurrency: float
     engine: str
     engine_version: str = ""
+    settings: tuple = ()  # sorted (name, value) EngineSettings overrides
+    prefix_tokens: float = 0.0
+    prefix_hit_rate: float = 0.0
+    expert_precision: str = ""
+
+    def engine_settings(self) -> EngineSettings:
+        return _engine_settings(self.engine, self.settings)
 
 
 def _engine(row: dict) -> tuple[str, str]:
@@ -139,6 +161,72 @@ class Resolver:
         return value
 
 
+@functools.lru_cache(maxsize=4096)
+def _engine_settings(engine: str, settings: tuple) -> EngineSettings:
+    """One EngineSettings object per distinct setting (rows share it: one table row)."""
+    return EngineSettings(engine=engine, **dict(settings))
+
+
+def _given(row: dict, columns) -> dict:
+    return {c: (row.get(c) or "").strip() for c in columns if (row.get(c) or "").strip()}
+
+
+def _settings(row: dict, model: ModelSpec) -> tuple:
+    """EngineSettings overrides from the optional columns (RowError names a bad one)."""
+    try:
+        values = engine_overrides(_given(row, ENGINE_COLUMNS), EngineSettings())
+        spec = _given(row, SPEC_COLUMNS)
+        if spec:
+            block = {"method": spec.get("spec_method", ""), "tokens": spec.get("spec_tokens")}
+            block["acceptance"] = spec.get("spec_acceptance")
+            if block["method"].strip().lower() in ("eagle", "mtp"):
+                block["head_params"] = default_head_params(model)
+            block = {k: v for k, v in block.items() if v is not None}
+            values |= speculative_overrides(block, None, (model,))
+        lora = _given(row, LORA_COLUMNS)
+        if lora:
+            values |= lora_overrides(
+                {
+                    "adapters": lora.get("lora_adapters", ""),
+                    "rank": lora.get("lora_rank", ""),
+                    "active_per_batch": lora.get("lora_active", "1"),
+                }
+            )
+    except SettingError as exc:
+        raise RowError(f"{_column(exc.field)}: {exc.message}") from exc
+    return tuple(sorted(values.items()))
+
+
+def _column(field: str) -> str:
+    """A serving block's field as the predict column that fed it."""
+    names = {
+        "serving.speculative.method": "spec_method",
+        "serving.speculative.tokens": "spec_tokens",
+        "serving.speculative.acceptance": "spec_acceptance",
+        "serving.speculative.draft_model": "spec_method",
+        "serving.lora.adapters": "lora_adapters",
+        "serving.lora.rank": "lora_rank",
+        "serving.lora.active_per_batch": "lora_active",
+    }
+    return names.get(field, field)
+
+
+def _prefix(row: dict) -> tuple[float, float]:
+    given = _given(row, PREFIX_COLUMNS)
+    if not given:
+        return 0.0, 0.0
+    try:
+        tokens = float(given.get("prefix_tokens", "0"))
+        hit = float(given.get("prefix_hit_rate", "1"))
+    except ValueError as exc:
+        raise RowError(f"prefix_tokens / prefix_hit_rate: not a number ({exc})") from exc
+    if not (math.isfinite(tokens) and 0 <= tokens <= MAX_TOKENS):
+        raise RowError(f"prefix_tokens must be from 0 to {MAX_TOKENS:,}, got {tokens:g}")
+    if not (math.isfinite(hit) and 0 <= hit <= 1):
+        raise RowError(f"prefix_hit_rate must be in [0, 1], got {hit:g}")
+    return tokens, hit
+
+
 def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
     model = resolver.get("model", row.get("model") or "")
     gpu = resolver.get("gpu", row.get("gpu") or "")
@@ -148,6 +236,10 @@ def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
     concurrency_text = (row.get("concurrency") or "").strip()
     concurrency = float(_int(row, "concurrency", high=1_000_000)) if concurrency_text else math.nan
     engine, release = _engine(row)
+    settings = _settings(row, model)
+    prefix_tokens, prefix_hit_rate = _prefix(row)
+    expert_text = (row.get("expert_precision") or "").strip()
+    expert = _precision(expert_text, "expert_precision") if expert_text else ""
     return ParsedRow(
         model,
         gpu,
@@ -162,6 +254,10 @@ def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
         concurrency,
         engine,
         release,
+        settings,
+        prefix_tokens,
+        prefix_hit_rate,
+        expert,
     )
 
 
@@ -215,12 +311,13 @@ def predict_csv(
             if results[i]["fits"]:
                 results[i].update(simulate_row(parsed[i], results[i], calibration_for))
     writer = csv.writer(sink, lineterminator="\n")
-    extra = [c for c in OUTPUT if c not in header]
+    outputs = OUTPUT + (("engine_binding",) if set(ENGINE_COLUMNS) & set(header) else ())
+    extra = [c for c in outputs if c not in header]
     writer.writerow(list(header) + extra)
     for i, row in enumerate(rows):
         out = dict(row)
         if i in errors:
-            out.update({c: "" for c in OUTPUT} | {"fits": "false", "reason": errors[i]})
+            out.update({c: "" for c in outputs} | {"fits": "false", "reason": errors[i]})
         else:
             out.update({c: _format(v) for c, v in results[i].items()})
         writer.writerow([out.get(c, "") for c in list(header) + extra])
@@ -235,7 +332,6 @@ def _predict(parsed: list, good: list[int], calibration_for) -> dict[int, dict]:
     if not good:
         return {}
     rows = [parsed[i] for i in good]
-    engines = {e: EngineSettings(engine=e) for e in ENGINES}
     profiles = [calibration_for(r) for r in rows]
     prediction = predict_rows(
         [r.model for r in rows],
@@ -249,12 +345,21 @@ def _predict(parsed: list, good: list[int], calibration_for) -> dict[int, dict]:
         np.array([r.isl for r in rows]),
         np.array([r.osl for r in rows]),
         np.array([r.concurrency for r in rows]),
-        engine=[engines[r.engine] for r in rows],
+        engine=[r.engine_settings() for r in rows],
         calibration=[chosen[0] for chosen in profiles],
+        prefix_tokens=np.array([r.prefix_tokens for r in rows]),
+        prefix_hit_rate=np.array([r.prefix_hit_rate for r in rows]),
+        expert_precision=[r.expert_precision or None for r in rows],
     )
     columns = {c: getattr(prediction, c).tolist() for c in OUTPUT if c != "profile"}
     columns["profile"] = [label for _, label in profiles]
-    return {i: {c: columns[c][k] for c in OUTPUT} for k, i in enumerate(good)}
+    out = {i: {c: columns[c][k] for c in OUTPUT} for k, i in enumerate(good)}
+    if any(r.settings for r in rows):  # which engine setting decides each row's memory
+        c, fit, op = prediction.candidates, prediction.memory, prediction.operating
+        texts = binding_settings(c, fit, kv_sequences_live(c, fit, op.isl_tokens, op.osl_tokens))
+        for k, i in enumerate(good):
+            out[i]["engine_binding"] = texts[k]
+    return out
 
 
 def simulate_row(row: ParsedRow, predicted: dict, calibration_for) -> dict:
@@ -266,17 +371,20 @@ def simulate_row(row: ParsedRow, predicted: dict, calibration_for) -> dict:
     from sizing.simulate import LengthDist, Workload
     from sizing.simulate import simulate as run
 
-    engine = EngineSettings(engine=row.engine)
+    engine = row.engine_settings()
     dp = int(default_dp(row.num_gpus, row.tp, row.pp))
     c = CandidateArrays.build(row.model, row.gpu, row.weight_precision, row.kv_precision or None,
                               row.tp, row.pp, row.ep, dp, engine,
-                              calibration_for(row)[0])  # fmt: skip
+                              calibration_for(row)[0],
+                              expert_precision=row.expert_precision or None)  # fmt: skip
     conc = row.concurrency
     if not math.isfinite(conc):
         conc = min(predicted["max_concurrency"], engine.max_num_seqs * dp)
     conc = int(max(conc, 1))
     w = Workload(LengthDist(row.isl), LengthDist(row.osl), requests=max(10 * conc, 300),
-                 concurrency=conc, warmup_requests=2 * conc)  # fmt: skip
+                 concurrency=conc, warmup_requests=2 * conc,
+                 shared_prefix_tokens=row.prefix_tokens,
+                 prefix_hit_rate=row.prefix_hit_rate)  # fmt: skip
     try:
         result = run(c, w)
     except ValueError as exc:

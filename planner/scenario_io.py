@@ -35,6 +35,8 @@ PATHS: dict[str, tuple[str, ...]] = {
     "ep_options": ("candidates", "ep"),
     "engine": ("candidates", "engine"),
     "calibration_profile": ("candidates", "calibration_profile"),
+    "engine_settings": ("engine",),
+    "serving": ("serving",),
     "tier": ("pricing", "tier"),
     "price_sheet": ("pricing", "price_sheet"),
     "gpu_prices": ("pricing", "gpu_prices"),
@@ -96,6 +98,11 @@ def flatten(document: Any) -> dict:
 
 
 def error_path(field: str) -> str:
+    """The document path of a flat field; ``engine_settings.max_num_seqs`` (an error inside
+    a block) becomes ``engine.max_num_seqs``."""
+    head, _, rest = field.partition(".")
+    if field not in PATHS and head in PATHS and rest:
+        return ".".join((*PATHS[head], rest))
     return ".".join(PATHS[field]) if field in PATHS else field
 
 

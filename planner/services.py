@@ -35,6 +35,8 @@ from planner.selectors import (
 from pricing.models import ApiTokenPrice, PriceSheet
 from pricing.services import price_sheet_lock
 from sizing.breakeven import api_usd_per_token
+from sizing.engine_settings import SettingError, engine_overrides
+from sizing.serving import draft_model_name, serving_overrides
 from sizing.specs import (
     ApiPrice,
     EngineSettings,
@@ -68,6 +70,8 @@ SCALAR_FIELDS = [
     "ep_options",
     "engine",
     "calibration_profile",
+    "engine_settings",
+    "serving",
     "tier",
     "gpu_prices",
     "price_provider",
@@ -191,6 +195,45 @@ def _check_tp_divides_heads(errors: Errors, tp_options: list[int], model_ids: li
                 )
 
 
+def engine_settings_for(
+    engine: str, engine_block, serving_block, model_ids, index=None
+) -> EngineSettings:
+    """The core's engine settings for a scenario's ``engine`` and ``serving`` blocks (the
+    draft model resolved in the catalog, checked against every candidate model); raises
+    SettingError naming the field."""
+    base = EngineSettings(engine=engine or "vllm")
+    values = engine_overrides(engine_block or {}, base)
+    draft = None
+    name = draft_model_name(serving_block)
+    if name:
+        index = index or catalog_index()
+        try:
+            draft = model_spec(ModelArchitecture.objects.get(pk=index.model_id(name)))
+        except LookupError as exc:
+            raise SettingError("serving.speculative.draft_model", str(exc)) from exc
+    targets = tuple(model_spec(m) for m in ModelArchitecture.objects.filter(pk__in=model_ids))
+    values |= serving_overrides(serving_block or {}, draft, targets)
+    return EngineSettings(**(vars(base) | values))
+
+
+def _check_engine_and_serving(errors: Errors, merged: dict, model_ids, index) -> None:
+    for name in ("engine_settings", "serving"):
+        if merged.get(name) in (None, ""):
+            merged[name] = {}
+    try:
+        engine_settings_for(
+            merged.get("engine") or "vllm",
+            merged["engine_settings"],
+            merged["serving"],
+            model_ids,
+            index,
+        )
+    except SettingError as exc:
+        top = exc.field.split(".")[0]
+        field = exc.field if top in ("serving", "engine") else f"engine_settings.{exc.field}"
+        errors.add("engine_settings" if field == "engine" else field, exc.message)
+
+
 @dataclass
 class CleanScenario:
     scalars: dict
@@ -244,6 +287,7 @@ def clean_scenario_data(
     sheet = _price_sheet(errors, data, partial_of)
     scenario_prices.clean_pricing(errors, merged, index, sheet or latest_price_sheet())
     _check_calibration_profile(errors, merged.get("calibration_profile") or "", owner, gpu_ids)
+    _check_engine_and_serving(errors, merged, model_ids, index)
     scenario = Scenario(**{k: v for k, v in merged.items() if k in SCALAR_FIELDS})
     try:
         scenario.clean_fields(exclude=["owner", "price_sheet"])
@@ -492,7 +536,7 @@ def build_inputs_snapshot(
         "api_price": snap.to_json(api) if api else None,
         # the scenario names no API: each model's break-even is against its own sheet price
         "api_prices_by_model": {} if api else _api_prices_by_model(models, sheet, traffic),
-        "engine": snap.to_json(EngineSettings(engine=scenario.engine)),
+        "engine": snap.to_json(_snapshot_engine(scenario, models)),
         "calibrations": _calibrations(scenario, gpus),
         "models": {m.slug: snap.to_json(model_spec(m)) for m in models},
         "gpus": {g.slug: _gpu_json(g, quotes[g.slug]) for g in gpus},
@@ -512,6 +556,17 @@ def build_inputs_snapshot(
         # re-size the leading candidates on simulated tail latencies (planner.tails)
         "simulate_tails": settings.SIZING_SIMULATE_TAILS,
     }
+
+
+def _snapshot_engine(scenario: Scenario, models) -> EngineSettings:
+    """The scenario's engine settings; a block that no longer checks (its draft model was
+    removed from the catalog) is a field error, not a crash."""
+    try:
+        return engine_settings_for(
+            scenario.engine, scenario.engine_settings, scenario.serving, [m.pk for m in models]
+        )
+    except SettingError as exc:
+        raise ValidationError({exc.field: [exc.message]}) from exc
 
 
 def _gpu_json(gpu: GpuSku, quotes: dict) -> dict:

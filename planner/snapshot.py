@@ -35,6 +35,8 @@ def to_json(obj) -> dict:
 def _build(cls, data: dict[str, Any]):
     known = {f.name for f in fields(cls)}
     values = {k: v for k, v in data.items() if k in known}
+    if cls is EngineSettings:  # tuple fields come back from JSON as lists
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     if cls is Traffic and "hourly_rps" in values:
         values["hourly_rps"] = tuple(values["hourly_rps"] or ())
     return cls(**values)

@@ -79,7 +79,10 @@ def search(inputs: dict, candidate_index: int, hint_rps: float, warm: bool, key:
     isl = lengths_from_mean_p95(traffic.prompt_tokens_mean, traffic.prompt_tokens_p95)
     osl = lengths_from_mean_p95(traffic.output_tokens_mean, traffic.output_tokens_p95)
     replica = Replica(c, isl, osl, traffic, slo, seed_for(key))
-    ceiling = upper_rps(c, isl.mean, osl.mean)
+    # the saturation ceiling counts the prefix cache, as the simulation does (the simulator
+    # pins and skips the prefix itself, so the replica's rows stay without it)
+    cached = c.with_prefix(traffic.shared_prefix_tokens, traffic.prefix_hit_rate)
+    ceiling = upper_rps(cached if traffic.prefix_hit_rate > 0 else c, isl.mean, osl.mean)
     found = max_rate_rps(replica, hint_rps, ceiling, warm=warm and hint_rps > 0)
     rate = found.rate_rps
     serving = (

@@ -413,6 +413,8 @@ def scenario_inputs(scenario: Scenario) -> list[tuple[str, str]]:
         ("Precisions", _fmt(scenario.precisions)),
         ("TP degrees", _fmt(scenario.tp_options) if scenario.tp_options else "every valid"),
         ("Engine", scenario.get_engine_display()),
+        ("Engine settings", _settings_text(scenario.engine_settings) or "engine defaults"),
+        ("Serving techniques", _settings_text(scenario.serving) or "none"),
         ("Pricing tier", scenario.get_tier_display()),
         ("Price sheet", str(scenario.price_sheet) if scenario.price_sheet else "in force at run"),
         (
@@ -479,6 +481,7 @@ def run_inputs(run: SizingRun) -> list[tuple[str, str]]:
         ("Precisions", _fmt(sorted({c["precision"] for c in candidates}))),
         ("TP degrees", _fmt(sorted({c["tp"] for c in candidates}))),
         ("Engine", (inputs.get("engine") or {}).get("engine", "—")),
+        ("Engine settings", _engine_text(inputs.get("engine") or {})),
         ("Pricing tier", inputs.get("tier", "—")),
         ("Price sheet", f"{sheet.get('name', '')} v{sheet.get('version', '')}" if sheet else "—"),
         ("API alternative", api_text),
@@ -702,3 +705,22 @@ def run_body_context(run: SizingRun, chain_param) -> dict:
         "price_rows": price_rows(inputs),
         "verdict": run_verdict(run),
     }
+
+
+def _settings_text(block) -> str:
+    """A scenario's engine or serving block as ``name value`` pairs (nested blocks inline)."""
+    if not isinstance(block, dict):
+        return ""
+    parts = []
+    for key, value in block.items():
+        shown = f"({_settings_text(value)})" if isinstance(value, dict) else _fmt(value)
+        parts.append(f"{key} {shown}")
+    return ", ".join(parts)
+
+
+def _engine_text(engine: dict) -> str:
+    """The four engine settings a run used (0 max_model_len: the model's maximum)."""
+    names = ("gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "max_model_len")
+    if not any(name in engine for name in names):
+        return "—"
+    return ", ".join(f"{name} {_fmt(engine.get(name))}" for name in names)

@@ -9,6 +9,7 @@ millions of rows with no Python loop. Units are in the names; bytes and seconds 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from sizing.specs import (
     GpuSpec,
     ModelSpec,
     canonical_precision,
+    lora_module_mask,
 )
 
 _MODEL_FIELDS = {
@@ -76,6 +78,26 @@ _ENGINE_FIELDS = {
     "block_size": ("block_size", np.float64),
     "runtime_overhead_bytes": (lambda e: e.runtime_overhead_gb * 1e9, np.float64),
     "workspace_bytes_per_token_hidden": ("workspace_bytes_per_token_hidden", np.float64),
+    "max_model_len": ("max_model_len", np.float64),
+    "spec_tokens": (lambda e: e.spec_tokens if e.spec_method else 0, np.float64),
+    "spec_tokens_per_step": (lambda e: e.spec_tokens_per_step, np.float64),
+    # NaN when acceptance is given per position
+    "spec_acceptance": (
+        lambda e: float("nan") if e.spec_acceptance_by_position else e.spec_acceptance,
+        np.float64,
+    ),
+    "spec_draft_params": (lambda e: e.spec_draft_params if e.spec_method else 0.0, np.float64),
+    "spec_draft_active_params": ("spec_draft_active_params", np.float64),
+    "spec_draft_layers": ("spec_draft_layers", np.float64),
+    "spec_draft_kv_elements_per_token": ("spec_draft_kv_elements_per_token", np.float64),
+    "lora_adapters": ("lora_adapters", np.float64),
+    "lora_rank": ("lora_rank", np.float64),
+    "lora_active": ("lora_active", np.float64),
+    "lora_resident_slots": (
+        lambda e: e.lora_resident_slots or min(e.lora_adapters, math.ceil(e.lora_active)),
+        np.float64,
+    ),
+    "lora_module_mask": (lambda e: lora_module_mask(e.lora_target_modules), np.float64),
 }
 
 _CALIBRATION_FIELDS = {
@@ -200,6 +222,10 @@ class CandidateArrays:
     usd_per_gpu_hour: np.ndarray
     # precision
     weight_bytes_per_param: np.ndarray
+    #: routed experts' bytes per param: their own precision when the checkpoint mixes them
+    #: (gpt-oss MXFP4 experts with bf16 attention, Kimi K2 int4 experts), else the weights'
+    expert_bytes_per_param: np.ndarray
+    expert_precision_code: np.ndarray
     kv_bytes_per_element: np.ndarray
     peak_flops: np.ndarray
     # parallelism
@@ -214,6 +240,26 @@ class CandidateArrays:
     block_size: np.ndarray
     runtime_overhead_bytes: np.ndarray
     workspace_bytes_per_token_hidden: np.ndarray
+    max_model_len: np.ndarray  # 0: the model's max_context
+    # speculative decoding (sizing.speculative): k drafted (0: off), tokens per verify step,
+    # the draft's params / active params / layers (0: a head) / KV elements per token
+    spec_tokens: np.ndarray
+    spec_tokens_per_step: np.ndarray
+    spec_acceptance: np.ndarray
+    spec_draft_params: np.ndarray
+    spec_draft_active_params: np.ndarray
+    spec_draft_layers: np.ndarray
+    spec_draft_kv_elements_per_token: np.ndarray
+    # LoRA (sizing.lora): adapters, rank (0: off), distinct per batch, resident slots, modules
+    lora_adapters: np.ndarray
+    lora_rank: np.ndarray
+    lora_active: np.ndarray
+    lora_resident_slots: np.ndarray
+    lora_module_mask: np.ndarray
+    # prefix cache (tokens of the shared prefix, share of requests that hit it); zero unless
+    # ``with_prefix`` sets them (the plan from the traffic, predict from its columns)
+    prefix_tokens: np.ndarray
+    prefix_hit_rate: np.ndarray
     # calibration
     eta_mem: np.ndarray
     eta_flop_decode: np.ndarray
@@ -243,10 +289,12 @@ class CandidateArrays:
         engine: EngineSettings | Sequence[EngineSettings] | None = None,
         calibration: Calibration | Sequence[Calibration] | None = None,
         usd_per_gpu_hour: float | Sequence[float] | None = None,
+        expert_precision: str | Sequence[str | None] | None = None,
     ) -> CandidateArrays:
         """Rows from specs; each argument is one value (broadcast) or a sequence of n values.
 
-        ``kv_precision`` None/''/'auto' picks ``precision.default_kv_precision``.
+        ``kv_precision`` None/''/'auto' picks ``precision.default_kv_precision``;
+        ``expert_precision`` None/'' keeps the routed experts at ``weight_precision``.
         ``usd_per_gpu_hour`` overrides ``GpuSpec.usd_per_gpu_hour`` when given.
         """
         n = _length(
@@ -268,6 +316,8 @@ class CandidateArrays:
         c_uniq, c_idx = _factorize_objects(calibration or Calibration(), n, Calibration)
         w_code = precision_codes(weight_precision, n)
         kv_code = precision_codes(kv_precision if kv_precision is not None else [None] * n, n)
+        e_code = precision_codes(expert_precision if expert_precision is not None else [None] * n,
+                                 n)  # fmt: skip
         return cls.from_tables(
             m_uniq,
             g_uniq,
@@ -284,6 +334,7 @@ class CandidateArrays:
             c_uniq,
             c_idx,
             usd_per_gpu_hour,
+            e_code,
         )
 
     @classmethod
@@ -304,9 +355,11 @@ class CandidateArrays:
         calibrations: Sequence[Calibration] = (Calibration(),),
         calibration_index: Any = 0,
         usd_per_gpu_hour: Any = None,
+        expert_precision_code: Any = -1,
     ) -> CandidateArrays:
         """Fast path: unique spec tables plus integer index arrays (what the bench and
-        ``predict_rows`` use). ``kv_precision_code`` -1 means the default for the weights."""
+        ``predict_rows`` use). ``kv_precision_code`` -1 means the default for the weights;
+        ``expert_precision_code`` -1 the weights' own precision."""
         model_index = np.asarray(model_index, dtype=np.int64)
         gpu_index = np.asarray(gpu_index, dtype=np.int64)
         n = max(len(model_index), len(gpu_index), np.size(weight_precision_code))
@@ -336,10 +389,16 @@ class CandidateArrays:
         kv_bytes = np.array([kv_bytes_per_element(p) for p in PRECISIONS])
         peaks = np.array([[peak_flops(g, p) for p in PRECISIONS] for g in gpus])
         cols["weight_bytes_per_param"] = w_bytes[w_code]
+        e_code = np.broadcast_to(np.asarray(expert_precision_code, dtype=np.int64), (n,))
+        e_code = np.where(e_code < 0, w_code, e_code)
+        cols["expert_precision_code"] = e_code
+        cols["expert_bytes_per_param"] = w_bytes[e_code]
         cols["kv_bytes_per_element"] = kv_bytes[kv_code]
         cols["peak_flops"] = peaks[gpu_index, w_code]
         for name, v in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp)):
             cols[name] = np.broadcast_to(np.asarray(v, dtype=np.int64), (n,)).copy()
+        cols["prefix_tokens"] = np.zeros(n)
+        cols["prefix_hit_rate"] = np.zeros(n)
         return cls(
             models=tuple(models),
             gpus=tuple(gpus),
@@ -360,6 +419,14 @@ class CandidateArrays:
         }
         return dataclasses.replace(self, **changes)
 
+    def with_prefix(self, prefix_tokens: Any, prefix_hit_rate: Any) -> CandidateArrays:
+        """The rows with a shared prompt prefix of ``prefix_tokens`` that a share
+        ``prefix_hit_rate`` of requests finds cached (scalars or one value per row)."""
+        n = len(self)
+        tokens = np.broadcast_to(np.asarray(prefix_tokens, dtype=np.float64), (n,)).copy()
+        hit = np.broadcast_to(np.asarray(prefix_hit_rate, dtype=np.float64), (n,)).copy()
+        return dataclasses.replace(self, prefix_tokens=tokens, prefix_hit_rate=hit)
+
     def model_name(self, i: int) -> str:
         return self.models[self.model_index[i]].name
 
@@ -368,6 +435,9 @@ class CandidateArrays:
 
     def weight_precision(self, i: int) -> str:
         return PRECISIONS[self.weight_precision_code[i]]
+
+    def expert_precision(self, i: int) -> str:
+        return PRECISIONS[self.expert_precision_code[i]]
 
     def kv_precision(self, i: int) -> str:
         return PRECISIONS[self.kv_precision_code[i]]

@@ -17,9 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from sizing import headroom
+from sizing import headroom, routing
 from sizing.candidates import CandidateArrays
+from sizing.chunking import chunk_frontier
 from sizing.derivation import Step, q, staged, step
+from sizing.engine_settings import binding_settings
 from sizing.fleet import Band, BreakEvenResult, breakeven, error_band, size_fleet
 from sizing.memory import (
     GB,
@@ -29,9 +31,10 @@ from sizing.memory import (
     expert_weight_bytes,
     fit_memory,
     high_precision_params,
-    kv_bytes_per_sequence_per_gpu,
+    kv_bytes_per_request_per_gpu,
     kv_elements_per_token_layer_per_gpu,
     nonexpert_weight_bytes,
+    routed_expert_params,
 )
 from sizing.operating import (
     BINDING_NAMES,
@@ -53,6 +56,20 @@ from sizing.specs import (
     Traffic,
 )
 from sizing.tail_model import DEFAULT_TAILS, Lengths, TailConstants, TailModel
+from sizing.technique_steps import (
+    EngineArrays,
+    draft_input,
+    draft_term,
+    engine_arrays,
+    engine_steps,
+    frontier_rows,
+    lora_fleet_step,
+    lora_steps,
+    prefix_steps,
+    routing_steps,
+    speculative_arrays,
+    speculative_steps,
+)
 
 
 # ============================================================================ predict_rows
@@ -132,6 +149,9 @@ def predict_rows(
     concurrency: Any,
     engine: EngineSettings | Sequence[EngineSettings] | None = None,
     calibration: Calibration | Sequence[Calibration] | None = None,
+    prefix_tokens: Any = 0.0,
+    prefix_hit_rate: Any = 0.0,
+    expert_precision: str | Sequence[str | None] | None = None,
 ) -> Predictions:
     """Predict throughput and latency for n benchmark-shaped rows at once.
 
@@ -147,6 +167,10 @@ def predict_rows(
     concurrency : closed-loop clients per instance; NaN -> max throughput (largest batch
         that fits, capped by max_num_seqs per DP rank)
     engine, calibration : one object or a sequence of n (defaults: vLLM-like, physics)
+    prefix_tokens, prefix_hit_rate : a shared prompt prefix and the share of requests that
+        find it cached (0: none); prefill skips it, its KV is pinned once per instance
+    expert_precision : the routed experts' precision per row (None/'': weight_precision), for
+        checkpoints with 4-bit experts and 8/16-bit attention
 
     Returns
     -------
@@ -158,8 +182,11 @@ def predict_rows(
     tp_a, pp_a = np.asarray(tp, dtype=np.int64), np.asarray(pp, dtype=np.int64)
     dp = default_dp(n_gpus, tp_a, pp_a)
     c = CandidateArrays.build(
-        models, gpus, weight_precision, kv_precision, tp_a, pp_a, ep, dp, engine, calibration
-    )
+        models, gpus, weight_precision, kv_precision, tp_a, pp_a, ep, dp, engine, calibration,
+        expert_precision=expert_precision,
+    )  # fmt: skip
+    if np.any(np.asarray(prefix_hit_rate) > 0):
+        c = c.with_prefix(prefix_tokens, prefix_hit_rate)
     n = len(c)
     isl_a = np.broadcast_to(np.asarray(isl, dtype=np.float64), (n,))
     osl_a = np.broadcast_to(np.asarray(osl, dtype=np.float64), (n,))
@@ -201,16 +228,25 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
     s: list[Step] = []
     b_w, b_kv = c.weight_bytes_per_param[i], c.kv_bytes_per_element[i]
     tp, pp, dp = int(c.tp[i]), int(c.pp[i]), int(c.dp[i])
+    weights_in = [
+        q("P", c.total_params[i], "params"),
+        q("P_hp", high_precision_params(c)[i], "params (embedding + LM head)"),
+        q("b_w", b_w, "B/param"),
+        q("weight_precision", c.weight_precision(i), ""),
+    ]
+    weights_formula = "(P - P_hp) * b_w + P_hp * max(b_w, 2)"
+    if c.expert_precision_code[i] != c.weight_precision_code[i]:  # mixed-precision checkpoint
+        weights_formula = "(P - P_hp - P_e) * b_w + P_hp * max(b_w, 2) + P_e * b_e"
+        weights_in += [
+            q("P_e", routed_expert_params(c)[i], "params (routed experts)"),
+            q("b_e", c.expert_bytes_per_param[i], "B/param"),
+            q("expert_precision", c.expert_precision(i), ""),
+        ]
     s.append(
         step(
             "weights_bytes_total",
-            "(P - P_hp) * b_w + P_hp * max(b_w, 2)",
-            [
-                q("P", c.total_params[i], "params"),
-                q("P_hp", high_precision_params(c)[i], "params (embedding + LM head)"),
-                q("b_w", b_w, "B/param"),
-                q("weight_precision", c.weight_precision(i), ""),
-            ],
+            weights_formula,
+            weights_in,
             fit.weights_bytes_total[i],
             "B",
             "quantized checkpoints keep the embedding and LM head in bf16",
@@ -256,16 +292,31 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
             "GB",
         )
     )
+    budget_in = [
+        q("usable", fit.usable_bytes_per_gpu[i], "B"),
+        q("weights", fit.weights_bytes_per_gpu[i], "B"),
+        q("workspace", fit.workspace_bytes_per_gpu[i], "B"),
+        q("runtime_overhead", fit.runtime_overhead_bytes[i], "B"),
+    ]
+    pinned = float(fit.pinned_prefix_bytes_per_gpu[i])
+    terms = ["usable", "weights", "workspace", "runtime_overhead"]
+    if pinned > 0:
+        budget_in.append(q("pinned_prefix", pinned, "B (shared prefix KV, once per replica)"))
+        terms.append("pinned_prefix")
+    draft_w = float(fit.draft_weight_bytes_per_gpu[i])
+    if draft_w > 0:
+        budget_in.append(q("draft_weights", draft_w, "B (speculative drafter, / TP)"))
+        terms.append("draft_weights")
+    adapters = float(fit.lora_resident_bytes_per_gpu[i])
+    if adapters > 0:
+        budget_in.append(q("lora_resident", adapters, "B (resident LoRA adapter slots)"))
+        terms.append("lora_resident")
+    budget_formula = f"({' - '.join(terms)}) / 1e9"
     s.append(
         step(
             "kv_budget_gb_per_gpu",
-            "(usable - weights - workspace - runtime_overhead) / 1e9",
-            [
-                q("usable", fit.usable_bytes_per_gpu[i], "B"),
-                q("weights", fit.weights_bytes_per_gpu[i], "B"),
-                q("workspace", fit.workspace_bytes_per_gpu[i], "B"),
-                q("runtime_overhead", fit.runtime_overhead_bytes[i], "B"),
-            ],
+            budget_formula,
+            budget_in,
             fit.kv_budget_bytes_per_gpu[i] / GB,
             "GB",
         )
@@ -294,11 +345,17 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
             "whole model, summed over GPUs, no replication",
         )
     )
+    per_token_in = [*layers, *kv_in, q("b_kv", b_kv, "B"), q("TP", tp, ""), q("PP", pp, "")]
+    per_token_formula = f"layers / PP * {per_layer_gpu} * b_kv"
+    draft_kv = float(fit.draft_kv_bytes_per_token_per_gpu[i])
+    if draft_kv > 0:
+        per_token_in.append(q("draft_kv", draft_kv, "B/token (speculative drafter's cache)"))
+        per_token_formula += " + draft_kv"
     s.append(
         step(
             "kv_bytes_per_token_per_gpu",
-            f"layers / PP * {per_layer_gpu} * b_kv",
-            [*layers, *kv_in, q("b_kv", b_kv, "B"), q("TP", tp, ""), q("PP", pp, "")],
+            per_token_formula,
+            per_token_in,
             fit.kv_bytes_per_token_per_gpu[i],
             "B/token",
             note_gpu,
@@ -326,8 +383,9 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
         step(
             "kv_bytes_per_sequence_per_gpu",
             "((full * ctx + sliding * min(ctx, window)) * elements_per_token_layer_gpu"
-            " + linear * state / TP) * b_kv / PP",
+            " + linear * state / TP) * b_kv / PP" + (" + draft_kv * ctx" if draft_kv > 0 else ""),
             [
+                *([q("draft_kv", draft_kv, "B/token (speculative drafter)")] if draft_kv else []),
                 q("ctx", ctx, "tokens (context rounded up to KV blocks)"),
                 q("full", c.full_layers[i], "layers"),
                 q("sliding", c.sliding_layers[i], "layers"),
@@ -345,6 +403,10 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
             ],
             fit.kv_bytes_per_sequence_per_gpu[i],
             "B",
+            ""
+            if c.prefix_hit_rate[i] <= 0
+            else "a hit shares the pinned prefix: h * kv(ctx - cached) + (1 - h) * kv(ctx)",
+            kind="formula" if c.prefix_hit_rate[i] <= 0 else "model",
         )
     )
     s.append(
@@ -376,12 +438,17 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
     return s
 
 
-def _operating_steps(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> list:
+def _operating_steps(
+    c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int, spec: dict | None = None
+) -> list:
     s: list[Step] = []
     pure, mixed, prefill = op.pure_step, op.mixed_step, op.prefill_step
     dp, pp = int(c.dp[i]), int(c.pp[i])
     b_rank = q("B_rank", op.batch_per_rank[i], "sequences per DP rank")
     isl, osl = q("isl", op.isl_tokens[i], "tokens"), q("osl", op.osl_tokens[i], "tokens")
+    if c.prefix_hit_rate[i] > 0:
+        s += prefix_steps(c, op, i)
+        isl = q("isl", op.prefill_isl_tokens[i], "tokens prefilled (cached prefix skipped)")
     n_chunks = q("n_chunks", op.n_chunks[i], "steps")
     live = kv_sequences_live(c, fit, op.isl_tokens, op.osl_tokens)
     s.append(
@@ -435,11 +502,14 @@ def _operating_steps(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: 
             "steps",
         )
     )
+    tau = float(c.spec_tokens_per_step[i])
+    steps_out = "osl" if tau == 1.0 else "(osl / tau)"  # decode steps per request
+    tau_in = [] if tau == 1.0 else [q("tau", tau, "tokens per speculative verify step")]
     s.append(
         step(
             "decode_seqs_per_step",
-            "B_rank * osl / (n_chunks + osl)",
-            [b_rank, osl, n_chunks],
+            f"B_rank * {steps_out} / (n_chunks + {steps_out})",
+            [b_rank, osl, n_chunks, *tau_in],
             op.decode_seqs_per_step[i],
             "sequences",
         )
@@ -447,8 +517,8 @@ def _operating_steps(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: 
     s.append(
         step(
             "prefill_tokens_per_step",
-            "B_rank * isl / (n_chunks + osl)",
-            [b_rank, isl, osl, n_chunks],
+            f"B_rank * isl / (n_chunks + {steps_out})",
+            [b_rank, isl, osl, n_chunks, *tau_in],
             op.prefill_tokens_per_step[i],
             "tokens",
         )
@@ -513,7 +583,7 @@ def _operating_steps(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: 
     s.append(
         step(
             "pure_decode_step_ms",
-            "PP * (max(mem, flop) + comm) + (PP - 1) * hop + overhead",
+            "PP * (max(mem, flop) + comm) + (PP - 1) * hop + overhead" + draft_term(pure, i),
             [
                 q("mem", st.mem_s[i] * 1e3, "ms"),
                 q("flop", st.flop_s[i] * 1e3, "ms"),
@@ -521,6 +591,7 @@ def _operating_steps(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: 
                 q("hop", pure.hop_s[i] * 1e3, "ms"),
                 q("overhead", pure.overhead_s[i] * 1e3, "ms"),
                 q("PP", pp, ""),
+                *draft_input(pure, i),
             ],
             pure.step_s[i] * 1e3,
             "ms",
@@ -533,7 +604,7 @@ def _operating_steps(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: 
         s.append(
             step(
                 name,
-                "PP * (max(mem, flop) + comm) + (PP - 1) * hop + overhead",
+                "PP * (max(mem, flop) + comm) + (PP - 1) * hop + overhead" + draft_term(st_time, i),
                 [
                     q("mem", st_time.stage.mem_s[i] * 1e3, "ms"),
                     q("flop", st_time.stage.flop_s[i] * 1e3, "ms (decode + prefill FLOPs)"),
@@ -541,6 +612,7 @@ def _operating_steps(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: 
                     q("hop", st_time.hop_s[i] * 1e3, "ms"),
                     q("overhead", st_time.overhead_s[i] * 1e3, "ms"),
                     q("PP", pp, ""),
+                    *draft_input(st_time, i),
                 ],
                 st_time.step_s[i] * 1e3,
                 "ms",
@@ -577,6 +649,17 @@ def _operating_steps(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: 
             "ms",
         )
     )
+    if c.lora_rank[i] > 0:
+        s += lora_steps(c, fit, op, i)
+    if c.spec_tokens[i] > 0:
+        if spec is None:  # one row (predict's derivation): evaluate it alone
+            one = slice(i, i + 1)
+            arrays = speculative_arrays(
+                c.take(np.array([i])), op.decode_seqs_per_step[one], op.context_tokens[one]
+            )
+            s += speculative_steps(c, op, i, arrays, 0)
+        else:
+            s += speculative_steps(c, op, i, spec, i)
     ttft, tpot = q("TTFT", op.ttft_s[i], "s"), q("TPOT", op.tpot_s[i], "s")
     s.append(step("residence_s", "TTFT + osl * TPOT", [ttft, osl, tpot], op.residence_s[i], "s"))
     s.append(
@@ -614,6 +697,8 @@ class Candidate:
     engine: EngineSettings = EngineSettings()
     calibration: Calibration = Calibration()
     label: str = ""
+    #: the routed experts' precision when the checkpoint mixes them (None: weight_precision)
+    expert_precision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -664,6 +749,11 @@ class PlanRow:
     mean_value_tpot_ms: float = math.nan
     band: Band | None = None  # replicas and cost at the profile's error, on the final sizing
     profile: str = "physics defaults"  # calibration profile used
+    engine_binding: str = ""  # which engine setting decides the memory outcome
+    #: speculative decoding: "" not asked; "on" / "off" which the plan kept (the cheaper)
+    speculative: str = ""
+    #: the chunk-budget sweep: ({"max_num_batched_tokens", "ttft_long_ms", "tpot_stall_ms"},..)
+    chunk_frontier: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -696,6 +786,7 @@ def candidate_arrays(candidates: Sequence[Candidate]) -> CandidateArrays:
         [k.parallelism.dp for k in cands],
         [k.engine for k in cands],
         [k.calibration for k in cands],
+        expert_precision=[k.expert_precision for k in cands],
     )
 
 
@@ -724,6 +815,8 @@ class Capacity:
 
 QUANTILES = (0.5, 0.95, 0.99)
 STAGE_MEMORY = "Memory fit"
+STAGE_ENGINE = "Engine settings"
+STAGE_ROUTING = "Routing and prefix cache"
 STAGE_OPERATING = "Step time and mean-value operating point"
 STAGE_TAILS = "Tail latency and capacity per replica"
 STAGE_FLEET = "Little's law, headroom and cost"
@@ -755,8 +848,31 @@ def plan(
     cands = list(candidates)
     if not cands:
         return Plan((), {}, traffic, slo, policy)
+    args = (traffic, slo, policy, api_price, tails, capacity)
+    rows = _plan_rows(cands, *args)
+    rows, routed = _route(rows, cands, *args)
+    rows = _speculative_choice(rows, cands, *args, routed)
+    return _ranked(rows, traffic, slo, policy)
+
+
+def _plan_rows(
+    cands: list[Candidate],
+    traffic: Traffic,
+    slo: Slo,
+    policy: Policy,
+    api_price: ApiPrice | None,
+    tails: TailConstants | None,
+    capacity: Sequence[Capacity | None] | None,
+    routed: _Routed | None = None,
+) -> list[PlanRow]:
+    """Every candidate through the chain (unranked). ``routed``: the prefix hit rate and
+    load imbalance the routing policy gives each row (``_route``), else the traffic's."""
     c = candidate_arrays(cands)
     n = len(c)
+    hit = routed.hit_rate if routed is not None else np.full(n, traffic.prefix_hit_rate)
+    if traffic.shared_prefix_tokens > 0 and np.any(hit > 0):
+        c = c.with_prefix(traffic.shared_prefix_tokens, hit)
+    imbalance = routed.imbalance if routed is not None else np.ones(n)
     isl, osl = float(traffic.prompt_tokens_mean), float(traffic.output_tokens_mean)
     fit, reasons = _fit_with_tails(c, traffic)
     sp = slo_operating_point(c, fit, isl, osl, slo.tpot_ms / 1e3, slo.ttft_ms / 1e3)
@@ -764,7 +880,7 @@ def plan(
     given = list(capacity) if capacity is not None else [None] * n
     stage = _capacity_stage(c, fit, sp, traffic, slo, policy, tails, given)
     fleet = size_fleet(
-        stage.rate_rps,
+        stage.rate_rps / imbalance,  # affinity routing: the hottest replica sets the count
         stage.residence_s,
         traffic,
         policy,
@@ -773,6 +889,20 @@ def plan(
         fit.fits & (stage.rate_rps > 0),
     )
 
+    live = kv_sequences_live(c, fit, op.isl_tokens, op.osl_tokens)
+    long_prompt = float(traffic.prompt_tokens_p95 or traffic.prompt_tokens_mean)
+    frontier = chunk_frontier(c, op.decode_seqs_per_step, op.context_tokens, long_prompt)
+    tpot_slo_s = slo.tpot_ms / 1e3
+    spec = speculative_arrays(c, op.decode_seqs_per_step, op.context_tokens)
+    bindings = binding_settings(c, fit, live)
+    engine = EngineArrays(
+        live,
+        frontier,
+        tpot_slo_s,
+        bindings,
+        *engine_arrays(c, fit),
+        frontier.recommended(tpot_slo_s),
+    )
     rows: list[PlanRow] = []
     for i in range(n):
         d = staged(STAGE_MEMORY, _memory_steps(c, fit, i))
@@ -780,15 +910,21 @@ def plan(
         serves = ok and stage.rate_rps[i] > 0
         bev, band = None, None
         if ok:
-            d += staged(STAGE_OPERATING, _operating_steps(c, fit, op, i))
+            d += staged(STAGE_OPERATING, _operating_steps(c, fit, op, i, spec))
             d += staged(STAGE_TAILS, stage.steps[i])
+        if routed is not None and routed.steps[i]:
+            d += staged(STAGE_ROUTING, routed.steps[i])
         if serves:
             d += staged(STAGE_FLEET, fleet.steps(i))
+            if c.lora_rank[i] > 0:
+                d += staged(STAGE_FLEET, [lora_fleet_step(c, fleet, i)])
             band, band_steps = error_band(fleet, i, cands[i].calibration.relative_error)
             d += staged(STAGE_BAND, band_steps)
         if serves and api_price is not None:
             bev, bev_steps = breakeven(fleet, i, api_price)
             d += staged(STAGE_BREAKEVEN, bev_steps)
+        # last, so the chain's stages keep their order: which setting binds, chunk frontier
+        d += staged(STAGE_ENGINE, engine_steps(c, fit, engine, i))
         latency = stage.latency_ms[i]
         rows.append(
             PlanRow(
@@ -836,8 +972,15 @@ def plan(
                 mean_value_tpot_ms=float(op.tpot_s[i] * 1e3) if ok else math.nan,
                 band=band,
                 profile=cands[i].calibration.name or "physics defaults",
+                engine_binding=bindings[i],
+                chunk_frontier=frontier_rows(frontier, i) if ok else (),
             )
         )
+    return rows
+
+
+def _ranked(rows: list[PlanRow], traffic: Traffic, slo: Slo, policy: Policy) -> Plan:
+    n = len(rows)
     order = sorted(
         range(n),
         key=lambda i: (
@@ -1042,5 +1185,83 @@ def _analytic_steps(model, traffic, slo, policy, i, sizing, row, op) -> list[Ste
 
 
 def _kv_per_live_sequence(c: CandidateArrays, op: OperatingPoint, i: int) -> float:
-    live = allocated_context(c, live_context_tokens(op.isl_tokens, op.osl_tokens))
-    return float(kv_bytes_per_sequence_per_gpu(c, live)[i])
+    live = live_context_tokens(op.isl_tokens, op.osl_tokens)
+    return float(kv_bytes_per_request_per_gpu(c, live)[i])
+
+
+# ---------------------------------------------------------------------------- speculative
+
+
+def _speculative_choice(rows, cands, traffic, slo, policy, api_price, tails, capacity, routed):
+    """Each speculating candidate sized again without speculative decoding; the cheaper one
+    under the SLO is kept (a simulated capacity is for the configuration as given: kept)."""
+    spec = [i for i, k in enumerate(cands) if k.engine.spec_method]
+    if not spec or (capacity is not None and any(x is not None for x in capacity)):
+        return rows
+    off = [dataclasses.replace(k, engine=dataclasses.replace(k.engine, spec_method=""))
+           for k in cands]  # fmt: skip
+    rows_off = _plan_rows(off, traffic, slo, policy, api_price, tails, capacity, routed)
+    out = list(rows)
+    for i in spec:
+        on, plain = rows[i], rows_off[i]
+        keep_on = _order_key(on) < _order_key(plain)  # a tie keeps the simpler deployment
+        chosen = on if keep_on else plain
+        choice = step(
+            "speculative_decoding",
+            "keep the cheaper of with / without under the SLO (a tie: without)",
+            [
+                q("usd_per_month_with", on.usd_per_month, "USD"),
+                q("meets_slo_with", 1.0 if on.meets_slo else 0.0, ""),
+                q("usd_per_month_without", plain.usd_per_month, "USD"),
+                q("meets_slo_without", 1.0 if plain.meets_slo else 0.0, ""),
+            ],
+            "on" if keep_on else "off",
+            "",
+            kind="model",
+        )
+        out[i] = dataclasses.replace(
+            chosen,
+            speculative="on" if keep_on else "off",
+            derivation=chosen.derivation + tuple(staged(STAGE_OPERATING, [choice])),
+        )
+    return out
+
+
+def _order_key(row: PlanRow) -> tuple:
+    return (not row.meets_slo, not row.fits, row.usd_per_month, row.usd_per_mtok)
+
+
+# ---------------------------------------------------------------------------- routing
+@dataclass(frozen=True)
+class _Routed:
+    hit_rate: np.ndarray
+    imbalance: np.ndarray
+    steps: list
+
+
+def _route(rows, cands, traffic, slo, policy, api_price, tails, capacity):
+    """Rows with a routing policy sized again at the hit rate and load imbalance that
+    policy reaches (sizing.routing) for the replicas and free KV of the first pass."""
+    prefix = float(traffic.shared_prefix_tokens)
+    routed = [i for i, k in enumerate(cands) if k.engine.routing and k.engine.distinct_prefixes]
+    if prefix <= 0 or not routed:
+        return rows, None
+    n = len(cands)
+    hit, imbalance = np.full(n, float(traffic.prefix_hit_rate)), np.ones(n)
+    steps: list[list[Step]] = [[] for _ in range(n)]
+    live = float(traffic.prompt_tokens_mean + 0.5 * traffic.output_tokens_mean)
+    for i in routed:
+        row, e = rows[i], cands[i].engine
+        if not row.fits:
+            continue
+        r = max(row.serving_replicas, 1)
+        free = row.kv_capacity_tokens - row.batch * live
+        cached = routing.cache_prefixes(free, prefix)
+        hit[i] = routing.hit_rate(e.routing, cached, e.distinct_prefixes, r)
+        imbalance[i] = routing.load_imbalance(e.routing, e.distinct_prefixes, r)
+        steps[i] = routing_steps(e, row, prefix, live, cached, r, hit[i], imbalance[i])
+    result = _Routed(hit, imbalance, steps)
+    return _plan_rows(cands, traffic, slo, policy, api_price, tails, capacity, result), result
+
+
+# ---------------------------------------------------------------------------- LoRA

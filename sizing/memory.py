@@ -49,6 +49,11 @@ R_NO_PEAK = 8
 R_WEIGHTS = 9
 R_NO_KV_ROOM = 10
 R_ONE_SEQUENCE = 11
+# Engine-setting codes (numbered after the others so stored codes keep their meaning; each
+# is checked next to the rule it refines): a request longer than ``max_model_len``, and a
+# ``max_model_len`` sequence that the KV budget cannot hold (vLLM then refuses to start).
+R_MODEL_LEN = 12
+R_MODEL_LEN_KV = 13
 
 
 # ---------------------------------------------------------------------------- weights
@@ -71,8 +76,9 @@ def nonexpert_weight_bytes(c: CandidateArrays) -> np.ndarray:
 
 
 def expert_weight_bytes(c: CandidateArrays) -> np.ndarray:
-    """Bytes of the routed experts (B): ``P_routed * b_w``."""
-    return routed_expert_params(c) * c.weight_bytes_per_param
+    """Bytes of the routed experts (B): ``P_routed * b_e`` (``b_e`` = their own precision's
+    bytes when the checkpoint mixes precisions, else ``b_w``)."""
+    return routed_expert_params(c) * c.expert_bytes_per_param
 
 
 def weights_bytes_total(c: CandidateArrays) -> np.ndarray:
@@ -146,6 +152,45 @@ def allocated_context(c: CandidateArrays, context_tokens: np.ndarray) -> np.ndar
     return np.ceil(np.asarray(context_tokens, dtype=np.float64) / c.block_size) * c.block_size
 
 
+# ---------------------------------------------------------------------------- prefix cache
+def cached_prefix_tokens(c: CandidateArrays, prompt_tokens: np.ndarray) -> np.ndarray:
+    """Tokens a prefix-cache hit skips: whole blocks of the shared prefix, at most the
+    prompt's whole blocks before its last token, ``min(floor(P / blk), floor((p - 1) / blk))
+    * blk`` (tokens; the simulator's rule). 2,000-token prefix, 16-token blocks: 2,000."""
+    p = np.asarray(prompt_tokens, dtype=np.float64)
+    prefix = np.floor(c.prefix_tokens / c.block_size)
+    prompt = np.floor(np.maximum(p - 1.0, 0.0) / c.block_size)
+    return np.minimum(prefix, prompt) * c.block_size
+
+
+def expected_cached_tokens(c: CandidateArrays, prompt_tokens: np.ndarray) -> np.ndarray:
+    """``hit_rate * cached_prefix_tokens``: prefill tokens a request skips on average."""
+    return c.prefix_hit_rate * cached_prefix_tokens(c, prompt_tokens)
+
+
+def pinned_prefix_bytes_per_gpu(c: CandidateArrays) -> np.ndarray:
+    """KV of the shared prefix, held once per replica (per DP rank) while it is hit (B):
+    its whole blocks at the per-GPU token cost; 0 without hits."""
+    tokens = np.floor(c.prefix_tokens / c.block_size) * c.block_size
+    pinned = kv_bytes_per_sequence_per_gpu(c, tokens) - kv_bytes_per_sequence_per_gpu(c, 0.0)
+    return np.where(c.prefix_hit_rate > 0, pinned, 0.0)
+
+
+def kv_bytes_per_request_per_gpu(c: CandidateArrays, context_tokens: np.ndarray) -> np.ndarray:
+    """A request's own KV at ``context_tokens`` (B): a hit shares the pinned prefix blocks,
+    ``h * kv(alloc(c - cached)) + (1 - h) * kv(alloc(c))``; without hits ``kv(alloc(c))``."""
+    ctx = np.asarray(context_tokens, dtype=np.float64)
+    miss = kv_bytes_per_sequence_per_gpu(c, allocated_context(c, ctx))
+    draft = draft_kv_bytes_per_token_per_gpu(c)
+    if not np.any(c.prefix_hit_rate > 0) and not np.any(draft > 0):
+        return miss  # the common case, at the cost it always had
+    hit = kv_bytes_per_sequence_per_gpu(c, allocated_context(c, ctx - cached_prefix_tokens(c, ctx)))
+    h = c.prefix_hit_rate
+    own = np.where(h > 0, h * hit + (1.0 - h) * miss, miss)
+    # speculative decoding: the drafter caches every token of the sequence too
+    return own + allocated_context(c, ctx) * draft
+
+
 # ---------------------------------------------------------------------------- budget
 def usable_bytes_per_gpu(c: CandidateArrays) -> np.ndarray:
     """``HBM * gpu_memory_utilization`` (B): 80 GB * 0.90 = 72.0 GB on an H100."""
@@ -186,6 +231,9 @@ def structural_reason_codes(
     mark(ep_bad | (c.ep < 1) | (c.tp < 1) | (c.pp < 1) | (c.dp < 1), R_EP)
     mark(c.pp > c.num_layers, R_PP_LAYERS)
     mark(np.asarray(context_tokens) > c.max_context, R_CONTEXT)
+    limited = c.max_model_len > 0
+    mark(limited & (np.asarray(context_tokens) > c.max_model_len), R_MODEL_LEN)
+    mark(limited & (c.max_model_len > c.max_context), R_CONTEXT)
     mark(~(c.peak_flops > 0), R_NO_PEAK)
     return code
 
@@ -223,6 +271,12 @@ class MemoryFit:
     max_concurrency: np.ndarray
     fits: np.ndarray
     reason_code: np.ndarray
+    # what the serving techniques take per GPU (B; 0 when unused): the pinned shared prefix,
+    # the speculative drafter's weights and cache per token, the resident LoRA adapters
+    pinned_prefix_bytes_per_gpu: np.ndarray
+    draft_weight_bytes_per_gpu: np.ndarray
+    draft_kv_bytes_per_token_per_gpu: np.ndarray
+    lora_resident_bytes_per_gpu: np.ndarray
 
     @property
     def weights_gb_per_gpu(self) -> np.ndarray:
@@ -256,8 +310,12 @@ def fit_memory(
     usable = usable_bytes_per_gpu(c)
     workspace = workspace_bytes_per_gpu(c)
     budget = usable - weights_gpu - workspace - c.runtime_overhead_bytes
-    per_token_gpu = kv_bytes_per_token_per_gpu(c)
-    per_seq_gpu = kv_bytes_per_sequence_per_gpu(c, allocated_context(c, ctx))
+    pinned, draft_w = pinned_prefix_bytes_per_gpu(c), draft_weight_bytes_per_gpu(c)
+    draft_kv, adapters = draft_kv_bytes_per_token_per_gpu(c), lora_resident_bytes_per_gpu(c)
+    budget = budget - pinned - draft_w
+    budget = budget - adapters
+    per_token_gpu = kv_bytes_per_token_per_gpu(c) + draft_kv
+    per_seq_gpu = kv_bytes_per_request_per_gpu(c, ctx)
     positive = np.maximum(budget, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         capacity = np.floor(positive / per_token_gpu) * c.dp
@@ -267,6 +325,8 @@ def fit_memory(
     code[(code == OK) & (weights_gpu > usable)] = R_WEIGHTS
     code[(code == OK) & (budget <= 0)] = R_NO_KV_ROOM
     code[(code == OK) & (concurrency < 1)] = R_ONE_SEQUENCE
+    longest = kv_bytes_per_sequence_per_gpu(c, allocated_context(c, c.max_model_len))
+    code[(code == OK) & (c.max_model_len > 0) & (longest > positive)] = R_MODEL_LEN_KV
     fits = code == OK
     return MemoryFit(
         weights_bytes_total=weights_total,
@@ -283,6 +343,10 @@ def fit_memory(
         max_concurrency=np.where(fits, concurrency, 0.0),
         fits=fits,
         reason_code=code,
+        pinned_prefix_bytes_per_gpu=pinned,
+        draft_weight_bytes_per_gpu=draft_w,
+        draft_kv_bytes_per_token_per_gpu=draft_kv,
+        lora_resident_bytes_per_gpu=adapters,
     )
 
 
@@ -328,6 +392,10 @@ def reason_text(c: CandidateArrays, fit: MemoryFit, i: int) -> str:
         return f"EP {ep} does not divide {model}'s {e} routed experts"
     if code == R_PP_LAYERS:
         return f"PP {pp} > {int(c.num_layers[i])} layers"
+    if code == R_CONTEXT and c.max_model_len[i] > c.max_context[i]:
+        return f"max_model_len {int(c.max_model_len[i]):,} > {model}'s maximum " + (
+            f"{int(c.max_context[i]):,}"
+        )
     if code == R_CONTEXT:
         return (
             f"context {int(fit.context_tokens[i]):,} tokens > {model}'s maximum "
@@ -349,6 +417,18 @@ def reason_text(c: CandidateArrays, fit: MemoryFit, i: int) -> str:
             f"weights {w:.1f} GB + workspace {ws:.1f} GB + runtime {rt:.1f} GB = "
             f"{w + ws + rt:.1f} GB > {usable_gb:.1f} GB usable on {where}: no room for KV cache"
         )
+    if code == R_MODEL_LEN:
+        return (
+            f"context {int(fit.context_tokens[i]):,} tokens > max_model_len "
+            f"{int(c.max_model_len[i]):,}"
+        )
+    if code == R_MODEL_LEN_KV:
+        longest = kv_bytes_per_sequence_per_gpu(c, allocated_context(c, c.max_model_len))[i]
+        return (
+            f"one max_model_len {int(c.max_model_len[i]):,}-token sequence needs "
+            f"{longest / GB:.2f} GB of KV per GPU > {fit.kv_budget_bytes_per_gpu[i] / GB:.2f} "
+            f"GB KV budget on {where} (the engine would refuse to start)"
+        )
     if code == R_ONE_SEQUENCE:
         return (
             f"one {int(fit.context_tokens[i]):,}-token sequence needs "
@@ -356,3 +436,24 @@ def reason_text(c: CandidateArrays, fit: MemoryFit, i: int) -> str:
             f"{fit.kv_budget_bytes_per_gpu[i] / GB:.2f} GB KV budget on {where}"
         )
     return f"unknown reason {code}"
+
+
+def draft_weight_bytes_per_gpu(c: CandidateArrays) -> np.ndarray:
+    """The speculative drafter's weights on one GPU (B); see sizing.speculative."""
+    from sizing.speculative import draft_weight_bytes_per_gpu as draft
+
+    return draft(c)
+
+
+def draft_kv_bytes_per_token_per_gpu(c: CandidateArrays) -> np.ndarray:
+    """The speculative drafter's cache per token on one GPU (B/token); sizing.speculative."""
+    from sizing.speculative import draft_kv_bytes_per_token_per_gpu as draft
+
+    return draft(c)
+
+
+def lora_resident_bytes_per_gpu(c: CandidateArrays) -> np.ndarray:
+    """Resident LoRA adapter slots on one GPU (B); see sizing.lora."""
+    from sizing.lora import resident_bytes_per_gpu
+
+    return resident_bytes_per_gpu(c)

@@ -47,11 +47,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from sizing.candidates import CandidateArrays
+from sizing.lora import swap_in_s
 from sizing.memory import (
     R_WEIGHTS,
     MemoryFit,
-    allocated_context,
-    kv_bytes_per_sequence_per_gpu,
+    expected_cached_tokens,
+    kv_bytes_per_request_per_gpu,
 )
 from sizing.steptime import StepTime, decode_step
 
@@ -113,6 +114,8 @@ class OperatingPoint:
     #: request waits behind its own wave of re-arriving prompts (included in prefill_wait_steps)
     frontend_s: np.ndarray | None = None
     wave_wait_steps: np.ndarray | None = None
+    #: prompt tokens actually prefilled per request: ``isl`` minus the expected cached prefix
+    prefill_isl_tokens: np.ndarray | None = None
 
 
 def live_context_tokens(isl: np.ndarray, osl: np.ndarray) -> np.ndarray:
@@ -128,8 +131,7 @@ def kv_sequences_live(
     """Sequences the KV budget holds at their live context (``live_context_tokens``, rounded
     up to whole blocks), ``floor(kv_budget / kv_seq_gpu(live)) * DP``; never fewer than
     ``fit.max_concurrency`` (sized at the full context). 0 where the row does not fit."""
-    live = allocated_context(c, live_context_tokens(isl, osl))
-    per_seq = kv_bytes_per_sequence_per_gpu(c, live)
+    per_seq = kv_bytes_per_request_per_gpu(c, live_context_tokens(isl, osl))
     with np.errstate(divide="ignore", invalid="ignore"):
         held = np.floor(np.maximum(fit.kv_budget_bytes_per_gpu, 0.0) / per_seq) * c.dp
     held = np.where(np.isfinite(held), held, 0.0)
@@ -238,18 +240,22 @@ def _operating_point(
     b_rank = np.maximum(batch, 1.0) / c.dp  # evaluate misfits at 1 to keep numbers finite
 
     budget = c.max_num_batched_tokens
+    prompt = isl  # attended context of a prompt (a cached prefix is still attended)
+    isl = isl - expected_cached_tokens(c, isl)  # prefilled tokens: a cache hit skips its prefix
     chunk = np.minimum(isl, np.maximum(budget - b_rank, MIN_CHUNK_TOKENS))
     chunk = np.maximum(chunk, 1.0)
     n_ch = np.ceil(isl / chunk)
-    cycle = n_ch + osl
-    dec = b_rank * osl / cycle
+    # speculative decoding emits tau tokens per decode step (1 when off): osl / tau steps
+    tau = c.spec_tokens_per_step
+    cycle = n_ch + osl / tau
+    dec = b_rank * (osl / tau) / cycle
     pre = b_rank * isl / cycle
     mixed_frac = np.minimum(pre / chunk, 1.0)
     mixed_tokens = np.maximum(chunk, pre)
-    ctx = isl + 0.5 * osl
+    ctx = prompt + 0.5 * osl
 
     pure = decode_step(c, dec, ctx)
-    mixed = decode_step(c, dec, ctx, mixed_tokens, isl)
+    mixed = decode_step(c, dec, ctx, mixed_tokens, prompt)
     tpot = (1.0 - mixed_frac) * pure.step_s + mixed_frac * mixed.step_s
 
     # Closed-loop clients finish in step with each other (they were released together and
@@ -258,7 +264,7 @@ def _operating_point(
     # the decodes, ``min(B * isl, budget - decodes)`` tokens (>= the prompt's own chunk).
     room = np.maximum(budget - dec, chunk)
     group = np.maximum(np.minimum(b_rank * isl, budget - dec), chunk)
-    prefill = decode_step(c, dec, ctx, group, isl)
+    prefill = decode_step(c, dec, ctx, group, prompt)
     # Once prompts outnumber one chunk per step they arrive in such groups: a share
     # ``pre / group`` of steps carries a whole group and the rest decode alone, which costs
     # more than spreading ``pre`` over every step when pure decodes leave compute idle.
@@ -268,6 +274,7 @@ def _operating_point(
     ) * prefill.step_s
     blend = np.clip(pre / chunk - 1.0, 0.0, 1.0)
     tpot = (1.0 - blend) * tpot + blend * np.maximum(grouped, tpot)
+    tpot = tpot / tau  # per output token: a step emits tau of them
     rho = np.minimum(pre / np.maximum(budget - dec, 1.0), MAX_PREFILL_RHO)
     # The groups are nearly deterministic (D/D/1 would give no wait below saturation), so the
     # M/D/1 mean wait rho / (2 (1 - rho)) is damped by another rho: rho^2 / (2 (1 - rho)).
@@ -285,9 +292,9 @@ def _operating_point(
     # (plus the others' share of the group): a 9,000-token prompt in 8,192-token chunks is
     # one full step and one of 808 tokens, not two full steps.
     last_tokens = np.maximum(group - (n_ch * chunk - isl), 1.0)
-    last = decode_step(c, dec, ctx, last_tokens, isl)
+    last = decode_step(c, dec, ctx, last_tokens, prompt)
     prefill_own = (n_ch - 1.0) * prefill.step_s + last.step_s
-    ttft = c.frontend_latency_s + prefill_own + wait_steps * prefill.step_s
+    ttft = c.frontend_latency_s + prefill_own + wait_steps * prefill.step_s + swap_in_s(c)
     residence = ttft + osl * tpot
     x_instance = b_rank / residence * c.dp
     queue = np.where(offered > batch, (offered - batch) / x_instance, 0.0)
@@ -295,7 +302,7 @@ def _operating_point(
     ok = fit.fits
     x_instance = np.where(ok, x_instance, 0.0)
     return OperatingPoint(
-        isl_tokens=isl,
+        isl_tokens=prompt,
         osl_tokens=osl,
         concurrency=offered,
         batch=batch,
@@ -316,11 +323,12 @@ def _operating_point(
         residence_s=residence + np.where(ok, queue, 0.0),
         requests_per_s=x_instance,
         output_tokens_per_s=x_instance * osl,
-        total_tokens_per_s=x_instance * (isl + osl),
+        total_tokens_per_s=x_instance * (prompt + osl),
         prefill_step=prefill,
         prefill_step_tokens=group,
         frontend_s=c.frontend_latency_s * np.ones(n),
         wave_wait_steps=wave_steps,
+        prefill_isl_tokens=isl,
     )
 
 

@@ -46,6 +46,7 @@ import numpy as np
 from sizing.candidates import CandidateArrays
 from sizing.memory import (
     allocated_context,
+    draft_kv_bytes_per_token_per_gpu,
     fit_memory,
     kv_bytes_per_sequence_per_gpu,
 )
@@ -264,7 +265,7 @@ def engine_for(
     ``blocks = floor(kv_budget / (kv_seq_gpu(ctx) / ctx) / block_size)``."""
     ctx = allocated_context(c, np.array([isl_tokens + osl_tokens]))
     fit = fit_memory(c, ctx)
-    per_token = kv_bytes_per_sequence_per_gpu(c, ctx) / ctx
+    per_token = kv_bytes_per_sequence_per_gpu(c, ctx) / ctx + draft_kv_bytes_per_token_per_gpu(c)
     budget = max(float(fit.kv_budget_bytes_per_gpu[0]), 0.0)
     block = int(c.block_size[0])
     return SimEngine(
@@ -501,6 +502,10 @@ class _Sim:
         # in ``pending`` (engine entry time, order, send time, lengths).
         c = getattr(timer, "c", None)  # a test's stand-in timer has no candidate
         self.frontend_s = float(c.frontend_latency_s[0]) if c is not None else 0.0
+        # speculative decoding: a decode step emits tau tokens per sequence on average, so an
+        # output of n tokens takes ceil(n / tau) steps (the step time, from decode_step,
+        # carries the k + 1 verified tokens and the drafts)
+        self.tokens_per_step = float(c.spec_tokens_per_step[0]) if c is not None else 1.0
         self.pending: list[tuple[float, int, float, int, int]] = []
 
     # ------------------------------------------------------------------ arrivals
@@ -712,7 +717,10 @@ class _Sim:
                 self.n_dec += 1
                 self.a_sum += a
                 self.phase[a % block] += 1
-                heapq.heappush(self.heap, (s + r[_OSL] - r[_GEN], r[_ID], r[_VER]))
+                left = r[_OSL] - r[_GEN]
+                if self.tokens_per_step > 1.0:
+                    left = math.ceil(left / self.tokens_per_step)
+                heapq.heappush(self.heap, (s + left, r[_ID], r[_VER]))
             # decodes: every decoding sequence gained one token this step
             heap = self.heap
             while heap and heap[0][0] <= s:

@@ -159,6 +159,31 @@ class Parallelism:
         return self.tp * self.pp * self.dp
 
 
+#: Modules a LoRA adapter may target (Hugging Face PEFT names of a Llama-style block).
+LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def lora_module_mask(modules) -> float:
+    """Bit mask of target module names (bit j = ``LORA_MODULES[j]``)."""
+    return float(sum(1 << LORA_MODULES.index(m) for m in set(modules) if m in LORA_MODULES))
+
+
+def tokens_per_verify_step(acceptance: float, k: int, by_position: tuple = ()) -> float:
+    """Expected tokens one speculative verify step emits per sequence:
+    ``(1 - a^(k+1)) / (1 - a)`` for a per-position acceptance a (the accepted run of drafts
+    plus the target's own token), or ``1 + sum_j prod_{i<=j} a_i`` for per-position values.
+    a = 0.7, k = 4: 2.77 tokens; k = 0: 1 (plain decode)."""
+    if k <= 0:
+        return 1.0
+    if by_position:
+        total, run = 1.0, 1.0
+        for a in by_position[:k]:
+            run *= a
+            total += run
+        return total
+    return (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """Serving-engine knobs that change memory and step time (vLLM names where they exist)."""
@@ -173,6 +198,43 @@ class EngineSettings:
     #: hidden-wide bf16 tensors alive at the peak of a layer (residual, normed input, q/k/v,
     #: attention output, the MLP's gate/up/activation at ~3.5x hidden) -> 24 B. See memory.py.
     workspace_bytes_per_token_hidden: float = 24.0
+    #: Longest request the engine admits (tokens); 0: the model's maximum context. When set,
+    #: one sequence of this length must fit the KV budget (vLLM refuses to start otherwise).
+    max_model_len: int = 0
+    # Speculative decoding (sizing.speculative): "" off, or "draft" (a small model), "eagle" /
+    # "mtp" (a head on the target). ``spec_tokens`` k drafted per step; ``spec_acceptance`` the
+    # per-position acceptance a (or ``spec_acceptance_by_position``, one value per position).
+    spec_method: str = ""
+    spec_tokens: int = 0
+    spec_acceptance: float = 0.0
+    spec_acceptance_by_position: tuple[float, ...] = ()
+    #: the draft's weights (a draft model's total params, or the head's); its active params
+    #: per token (MoE drafts), its layers (0: a head, one target layer of KV) and its KV
+    #: elements per token over all its layers
+    spec_draft_params: float = 0.0
+    spec_draft_active_params: float = 0.0
+    spec_draft_layers: int = 0
+    spec_draft_kv_elements_per_token: float = 0.0
+    spec_draft_name: str = ""
+    # Routing over replicas (sizing.routing): "" (the given prefix_hit_rate), "random",
+    # "least_loaded" or "prefix_affinity", over ``distinct_prefixes`` prefixes.
+    routing: str = ""
+    distinct_prefixes: int = 0
+    # Many LoRA adapters on one base (sizing.lora)
+    lora_adapters: int = 0
+    lora_rank: int = 0
+    lora_target_modules: tuple[str, ...] = ()
+    lora_active: float = 0.0  # distinct adapters in one batch
+    lora_resident_slots: int = 0  # adapters kept in GPU memory (0: min(adapters, active))
+
+    @property
+    def spec_tokens_per_step(self) -> float:
+        """Tokens per verify step (1.0 without speculative decoding)."""
+        if not self.spec_method:
+            return 1.0
+        return tokens_per_verify_step(
+            self.spec_acceptance, self.spec_tokens, self.spec_acceptance_by_position
+        )
 
 
 @dataclass(frozen=True)

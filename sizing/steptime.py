@@ -40,7 +40,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from sizing.candidates import CandidateArrays
+from sizing.lora import lora_step_s
 from sizing.memory import kv_bytes_per_sequence_per_gpu, nonexpert_weight_bytes
+from sizing.speculative import drafting_s, verify_tokens_per_sequence
 
 ACTIVATION_BYTES = 2.0  # bf16 activations on the wire
 
@@ -124,7 +126,8 @@ def streamed_expert_bytes_per_gpu(c: CandidateArrays, tokens: np.ndarray) -> np.
     """Routed-expert bytes one GPU reads for ``tokens`` per DP rank and stage (B).
 
     With EP the experts of all DP ranks' tokens live on the EP group: ``T = tokens * DP``,
-    ``E_distinct(T) * params_per_expert * b_w * (L_moe / PP) / EP``; without EP each rank
+    ``E_distinct(T) * params_per_expert * b_e * (L_moe / PP) / EP`` (``b_e``: the experts'
+    bytes per param, ``b_w`` unless the checkpoint mixes precisions); without EP each rank
     holds TP-sharded copies and only its own tokens route there.
     """
     if not np.any(c.num_experts > 0):  # dense rows only: skip the routing terms (all 0)
@@ -135,7 +138,7 @@ def streamed_expert_bytes_per_gpu(c: CandidateArrays, tokens: np.ndarray) -> np.
     return (
         distinct
         * c.params_per_expert
-        * c.weight_bytes_per_param
+        * c.expert_bytes_per_param
         * c.num_moe_layers
         / (c.pp * shards)
     )
@@ -179,13 +182,16 @@ def stage_cost(
     prefill_tokens : prompt tokens riding in the same pass (chunked prefill) (tokens)
     prompt_tokens : length of the prompts those prefill tokens belong to (tokens)
     """
-    dec = np.asarray(decode_tokens, dtype=np.float64)
+    seqs = np.asarray(decode_tokens, dtype=np.float64)
+    # speculative decoding verifies k + 1 tokens per sequence (1 when off): FLOPs and routed
+    # tokens grow with them, each sequence's cache is still read once
+    dec = seqs * verify_tokens_per_sequence(c)
     pre = np.asarray(prefill_tokens, dtype=np.float64)
     tokens = dec + pre
     shard = c.tp * c.pp
 
     weight_bytes = streamed_nonexpert_bytes_per_gpu(c) + streamed_expert_bytes_per_gpu(c, tokens)
-    kv_bytes = dec * kv_bytes_per_sequence_per_gpu(c, decode_context)
+    kv_bytes = seqs * kv_bytes_per_sequence_per_gpu(c, decode_context)
 
     ctx = np.asarray(decode_context, dtype=np.float64)
     ctx_win = np.minimum(ctx, np.where(c.sliding_window > 0, c.sliding_window, ctx))
@@ -267,7 +273,10 @@ class StepTime:
     stage: StageCost
     hop_s: np.ndarray  # one pipeline hop
     overhead_s: np.ndarray  # fixed per step (scheduler, launches, sampling)
-    step_s: np.ndarray  # PP * stage_s + (PP - 1) * hop_s + overhead_s
+    step_s: np.ndarray  # PP * stage_s + (PP - 1) * hop_s + overhead_s (+ draft_s)
+    #: added kernels outside the base model's passes: speculative drafting (k drafter passes,
+    #: speculative.py) and batched LoRA adapters (lora.py)
+    draft_s: np.ndarray | float = 0.0
 
 
 def decode_step(
@@ -286,10 +295,13 @@ def decode_step(
     b = np.asarray(batch_per_rank, dtype=np.float64)
     pre = np.asarray(prefill_tokens_per_rank, dtype=np.float64)
     stage = stage_cost(c, b / c.pp, context_tokens, pre / c.pp, prompt_tokens)
-    hop = pp_hop_s(c, (b + pre) / c.pp)
+    hop = pp_hop_s(c, (b * verify_tokens_per_sequence(c) + pre) / c.pp)
     overhead = step_overhead_total_s(c)
-    step = c.pp * stage.stage_s + (c.pp - 1) * hop + overhead
-    return StepTime(stage=stage, hop_s=hop, overhead_s=overhead, step_s=step)
+    draft = drafting_s(c, b, context_tokens) + lora_step_s(
+        c, b * verify_tokens_per_sequence(c) + pre
+    )
+    step = c.pp * stage.stage_s + (c.pp - 1) * hop + overhead + draft
+    return StepTime(stage=stage, hop_s=hop, overhead_s=overhead, step_s=step, draft_s=draft)
 
 
 @dataclass(frozen=True)

@@ -215,7 +215,7 @@ class TailModel:
         ttft_mean = self._ttft(op, n_rank, 0.5, lam=None)
         w = ttft_mean + self.osl * op.tpot_s
         lam = n_rank / w  # per rank (Little)
-        rho = lam * self.isl / mu_tokens
+        rho = lam * op.prefill_isl_tokens / mu_tokens  # prefilled tokens: a cache hit skips
         ttft = {q: self._ttft(op, n_rank, q, lam, rho, mu_tokens) for q in quantiles}
         tpot = {q: self._tpot(n_rank, q) for q in quantiles}
         return lam, ttft, tpot, rho
@@ -223,13 +223,14 @@ class TailModel:
     def _ttft(self, op, n_rank, q, lam, rho=None, mu_tokens=None) -> np.ndarray:
         """Own prefill of the q-quantile prompt + half a step + the prefill queue's q-wait."""
         isl_q = self.lengths.isl_quantile(q) if q != 0.5 else self.lengths.isl_mean
+        isl_q = isl_q - (op.isl_tokens - op.prefill_isl_tokens)  # minus the cached prefix
         chunk = np.maximum(op.chunk_tokens, 1.0)
         t_mixed = op.mixed_step.step_s
         own = self.k.ttft_base * np.ceil(isl_q / chunk) * t_mixed + 0.5 * op.pure_step.step_s
         if lam is None:
             return own
         rho_c = np.minimum(rho, 0.999)
-        service_s = self.isl / mu_tokens
+        service_s = op.prefill_isl_tokens / mu_tokens
         decay, weight = mg1_wait_tail(rho_c, self.isl_cs2)
         with np.errstate(divide="ignore"):
             wait = np.maximum(np.log(weight / (1.0 - q)), 0.0) * service_s / decay

@@ -70,6 +70,55 @@ class CandidatesSerializer(serializers.Serializer):
     calibration_profile = serializers.CharField(required=False, allow_blank=True, max_length=120)
 
 
+class EngineBlockSerializer(serializers.Serializer):
+    """Engine settings; blank: the engine's defaults. Limits are checked with the scenario."""
+
+    gpu_memory_utilization = serializers.FloatField(
+        required=False, allow_null=True, help_text="(0, 1], share of HBM the engine uses (0.90)"
+    )
+    max_num_seqs = serializers.IntegerField(
+        required=False, allow_null=True, help_text="sequences per DP rank (1,024)"
+    )
+    max_num_batched_tokens = serializers.IntegerField(
+        required=False, allow_null=True, help_text="chunked-prefill budget, tokens (8,192)"
+    )
+    max_model_len = serializers.IntegerField(
+        required=False, allow_null=True, help_text="longest request, tokens (model maximum)"
+    )
+
+
+class SpeculativeSerializer(serializers.Serializer):
+    method = serializers.ChoiceField(choices=["draft", "eagle", "mtp"])
+    draft_model = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    head_params = serializers.FloatField(required=False, allow_null=True, help_text="params")
+    tokens = serializers.IntegerField(help_text="k, tokens drafted per step (>= 1)")
+    acceptance = serializers.FloatField(required=False, allow_null=True, help_text="[0, 1)")
+    acceptance_by_position = serializers.ListField(
+        child=serializers.FloatField(), required=False, max_length=16
+    )
+
+
+class LoraSerializer(serializers.Serializer):
+    adapters = serializers.IntegerField()
+    rank = serializers.IntegerField()
+    target_modules = serializers.ListField(
+        child=serializers.CharField(max_length=20), required=False, max_length=7
+    )
+    active_per_batch = serializers.FloatField(required=False)
+    resident_slots = serializers.IntegerField(required=False)
+
+
+class ServingSerializer(serializers.Serializer):
+    speculative = SpeculativeSerializer(required=False)
+    routing = serializers.ChoiceField(
+        choices=["random", "least_loaded", "prefix_affinity"], required=False
+    )
+    distinct_prefixes = serializers.IntegerField(
+        required=False, help_text="tenants, system prompts or conversations sharing a prefix"
+    )
+    lora = LoraSerializer(required=False)
+
+
 class PricingSerializer(serializers.Serializer):
     tier = serializers.ChoiceField(choices=Tier.choices, required=False)
     price_sheet = serializers.IntegerField(
@@ -155,6 +204,8 @@ class ScenarioSerializer(serializers.Serializer):
     traffic = TrafficSerializer()
     slo = SloSerializer()
     candidates = CandidatesSerializer()
+    engine = EngineBlockSerializer(required=False)
+    serving = ServingSerializer(required=False)
     pricing = PricingSerializer(required=False)
     api_alternative = ApiAlternativeSerializer(required=False)
     policy = PolicySerializer(required=False)

@@ -1,0 +1,173 @@
+"""Engine settings and serving techniques through every door: API body, snapshot, predict CSV."""
+
+import copy
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from fleets.models import GpuSku, ModelArchitecture
+from fleets.selectors import model_spec
+from planner import snapshot as snap
+from planner.models import Scenario
+from planner.predict_io import Resolver, predict_csv
+from planner.selectors import catalog_index, gpu_spec
+from planner.services import build_inputs_snapshot
+from sizing.candidates import CandidateArrays
+from sizing.engine_settings import binding_setting
+from sizing.memory import R_MODEL_LEN_KV, fit_memory
+from sizing.operating import kv_sequences_live
+from sizing.specs import EngineSettings
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def api(db):
+    from rest_framework.test import APIClient
+
+    from tests.factories import UserFactory
+
+    client = APIClient()
+    client.force_authenticate(UserFactory(username="engineer"))
+    return client
+
+
+ROOT = Path(__file__).resolve().parents[2]
+BODY = json.loads((ROOT / "examples" / "chat-llama70b.json").read_text())
+
+
+def body(**blocks):
+    data = copy.deepcopy(BODY)
+    data.update(blocks)
+    return data
+
+
+def test_engine_and_serving_blocks_round_trip_and_reach_the_snapshot(catalog, api):
+    engine = {"gpu_memory_utilization": 0.95, "max_num_seqs": 256, "max_num_batched_tokens": 2048}
+    serving = {
+        "speculative": {"method": "draft", "draft_model": "Llama 3.1 8B", "tokens": 4,
+                        "acceptance": 0.7},
+        "routing": "prefix_affinity",
+        "distinct_prefixes": 200,
+    }  # fmt: skip
+    response = api.post("/api/v1/scenarios/", body(engine=engine, serving=serving), format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["engine"] == engine
+    assert response.json()["serving"]["routing"] == "prefix_affinity"
+    scenario = Scenario.objects.get()
+    inputs = build_inputs_snapshot(scenario, None)
+    [core, *_] = snap.candidates(inputs)
+    assert (core.engine.gpu_memory_utilization, core.engine.max_num_seqs) == (0.95, 256)
+    assert core.engine.max_num_batched_tokens == 2048
+    assert core.engine.spec_method == "draft" and core.engine.spec_tokens == 4
+    assert core.engine.spec_draft_params == pytest.approx(8.03e9, rel=0.01)
+    assert core.engine.routing == "prefix_affinity" and core.engine.distinct_prefixes == 200
+
+
+def test_defaults_leave_the_snapshot_engine_as_before(catalog, api):
+    assert api.post("/api/v1/scenarios/", body(), format="json").status_code == 201
+    inputs = build_inputs_snapshot(Scenario.objects.get(), None)
+    assert snap.candidates(inputs)[0].engine == EngineSettings(engine="vllm")
+
+
+BAD = [
+    ({"engine": {"gpu_memory_utilization": 1.2}}, "engine.gpu_memory_utilization"),
+    ({"engine": {"gpu_memory_utilization": 0}}, "engine.gpu_memory_utilization"),
+    ({"engine": {"max_num_batched_tokens": 8}}, "engine.max_num_batched_tokens"),
+    ({"serving": {"speculative": {"method": "eagle", "tokens": 0, "acceptance": 0.5,
+                                  "head_params": 1e9}}}, "serving.speculative.tokens"),
+    ({"serving": {"speculative": {"method": "eagle", "tokens": 3, "acceptance": 1.0,
+                                  "head_params": 1e9}}}, "serving.speculative.acceptance"),
+    ({"serving": {"speculative": {"method": "draft", "tokens": 3, "acceptance": 0.6,
+                                  "draft_model": "Llama 3.1 405B"}}},
+     "serving.speculative.draft_model"),
+    ({"serving": {"lora": {"adapters": 300, "rank": 0}}}, "serving.lora.rank"),
+]  # fmt: skip
+
+
+def test_bad_settings_are_refused_naming_the_field_and_nothing_is_saved(catalog, api):
+    for blocks, field in BAD:
+        response = api.post("/api/v1/scenarios/", body(**blocks), format="json")
+        assert response.status_code == 400, response.json()
+        assert field in response.json()["errors"], (field, response.json())
+        assert not Scenario.objects.exists()
+
+
+def _resolver():
+    index = catalog_index()
+    return Resolver(
+        lambda name: model_spec(ModelArchitecture.objects.get(pk=index.model_id(name))),
+        lambda name: gpu_spec(GpuSku.objects.get(pk=index.gpu_id(name)), 2.0),
+    )
+
+
+HEADER = "model,gpu,num_gpus,tp,pp,ep,weight_precision,kv_precision,isl,osl,concurrency"
+
+
+def _predict(extra_header: str, rows: list[str]) -> list[dict]:
+    import csv
+
+    text = "\n".join([HEADER + extra_header, *rows]) + "\n"
+    out = io.StringIO()
+    predict_csv(io.StringIO(text), out, _resolver())
+    return list(csv.DictReader(io.StringIO(out.getvalue())))
+
+
+def test_predict_columns_change_the_answer_and_blank_means_default(catalog):
+    base = "Llama 3.1 8B,H100,1,1,1,1,bf16,,2000,200,16"
+    rows = _predict(
+        ",gpu_memory_utilization,max_num_seqs,max_num_batched_tokens,max_model_len,"
+        "prefix_tokens,prefix_hit_rate,spec_method,spec_tokens,spec_acceptance",
+        [
+            base + ",,,,,,,,,",
+            base + ",0.5,,,,,,,,",
+            base + ",,,1024,,,,,,",
+            base + ",,,,,1500,1,,,",
+            base + ",,,,,,,mtp,2,0.8",
+            base + ",1.5,,,,,,,,",
+            base + ",,,,,,,eagle,0,0.8",
+            base + ",,,,,,,eagle,2,1",
+        ],
+    )
+    plain = _predict("", [base])[0]
+    mixed = _predict(",expert_precision", [base + ",fp4", base + ",fp3"])
+    assert mixed[0]["tpot_ms"] == plain["tpot_ms"]  # a dense model has no routed experts
+    assert mixed[1]["fits"] == "false" and mixed[1]["reason"].startswith("expert_precision")
+    assert rows[0]["kv_capacity_tokens"] == plain["kv_capacity_tokens"]
+    assert rows[0]["ttft_ms"] == plain["ttft_ms"]
+    assert float(rows[1]["kv_capacity_tokens"]) < float(plain["kv_capacity_tokens"])
+    assert rows[1]["engine_binding"].startswith("gpu_memory_utilization binds")
+    assert "engine_binding" not in plain  # only when an engine column is given
+    # a 1,024-token budget: the closed-loop wave of 16 prompts is prefilled in smaller steps
+    assert rows[2]["ttft_ms"] != plain["ttft_ms"] and rows[2]["tpot_ms"] != plain["tpot_ms"]
+    assert float(rows[3]["ttft_ms"]) < float(plain["ttft_ms"])  # 1,488 of 2,000 cached
+    assert float(rows[4]["tpot_ms"]) < float(plain["tpot_ms"])  # 2.44 tokens per step
+    for row, column in zip(rows[5:], ("gpu_memory_utilization", "spec_tokens", "spec_acceptance"),
+                           strict=True):  # fmt: skip
+        assert row["fits"] == "false" and row["reason"].startswith(column), row["reason"]
+
+
+def test_kimi_k2_int4_on_8_h100_at_full_context_fits_only_above_090(catalog):
+    # given Kimi K2 int4 experts on 8x H100 with max_model_len at the model's 131,072 tokens
+    kimi = model_spec(ModelArchitecture.objects.get(slug="kimi-k2"))
+    h100 = gpu_spec(GpuSku.objects.get(slug="h100_sxm"), 2.0)
+
+    def fit(utilization):
+        e = EngineSettings(gpu_memory_utilization=utilization, max_model_len=131072)
+        c = CandidateArrays.build(kimi, h100, "int4", None, 8, 1, 8, 1, e)
+        return c, fit_memory(c, 2000)
+
+    # then at vLLM's default 0.90 one full-context sequence does not fit: the engine would
+    # refuse to start, and the memory fit says which settings would change that
+    c, f = fit(0.90)
+    assert f.reason_code[0] == R_MODEL_LEN_KV
+    text = binding_setting(c, f, kv_sequences_live(c, f, 1000, 1000), 0)
+    assert (
+        "max_model_len 131,072 binds" in text and "gpu_memory_utilization 0.90 binds: 0.95" in text
+    )
+    # and at 0.95 it fits, by a few hundredths of a GB
+    c, f = fit(0.95)
+    assert f.fits[0]
+    assert 0 < f.kv_budget_bytes_per_gpu[0] - 9.21e9 < 0.1e9
