@@ -112,7 +112,9 @@ class Command(BaseCommand):
                     f"; beats the API above {breakeven['crossing_tokens_per_month']:.3g} tok/month"
                 )
             write(line)
-        write(f"\nRanked candidates (top {top} of {len(result['rows'])}):")
+        count = len(result["rows"])
+        shown = f"top {top} of {count}" if count > top else f"all {count}"
+        write(f"\nRanked candidates ({shown}):")
         rows = [[_cell(r, k, f) for _, k, f in COLUMNS] for r in result["rows"][:top]]
         widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, (h, _, _) in enumerate(COLUMNS)]
         write("  ".join(h.ljust(w) for (h, _, _), w in zip(COLUMNS, widths, strict=True)))
