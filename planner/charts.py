@@ -479,3 +479,91 @@ def daily_profile(
         ],
         table,
     )
+
+
+# --------------------------------------------------------------------------- fleet over time
+def fleet_day(day: dict, label: str) -> dict | None:
+    """Replicas over the day (every 10 minutes): ready, warm and cold-starting stacked, the
+    offered rate, and the $/hour billed (``planner.lifecycle`` simulated them)."""
+    if not day or not day.get("minute"):
+        return None
+    hours = [m / 60 for m in day["minute"]]
+    data = [
+        {"type": "bar", "name": name, "x": hours, "y": day[key], "marker": {"color": color}}
+        for name, key, color in (
+            ("ready", "ready", "#0b5cad"),
+            ("warm pool", "warm", "#9cc3e8"),
+            ("cold-starting", "cold_starting", "#d4561d"),
+        )
+    ]
+    data.append(
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "$/hour billed",
+            "x": hours,
+            "y": day.get("usd_per_hour") or [],
+            "yaxis": "y2",
+            "line": {"color": "#2f8f4e"},
+        }
+    )
+    layout = _layout(
+        "hour of day",
+        "replicas",
+        barmode="stack",
+        bargap=0,
+        yaxis2={"title": {"text": "$ per hour"}, "overlaying": "y", "side": "right",
+                "rangemode": "tozero"},
+    )  # fmt: skip
+    layout["xaxis"]["dtick"] = 2
+    rows = [
+        [round(h, 2), day["rate_rps"][i], day["ready"][i], day["warm"][i],
+         day["cold_starting"][i], (day.get("usd_per_hour") or [None] * len(hours))[i]]
+        for i, h in enumerate(hours)
+    ]  # fmt: skip
+    return _chart(
+        "chart-fleet-day",
+        f"Replicas over the day, autoscaled ({label})",
+        data,
+        layout,
+        ["hour", "requests/s", "ready", "warm", "cold-starting", "$/hour"],
+        rows,
+        f"{day.get('slo_share', 1):.2%} of the day's requests inside the SLO; "
+        f"+{day.get('spare', 0)} spare replica(s) billed on top",
+    )
+
+
+def own_rent_api(curve: dict, label: str) -> dict | None:
+    """$/M tokens (input + output) vs mean utilization: owned, rented, and the API's flat
+    blended price."""
+    if not curve or not curve.get("utilization"):
+        return None
+    u = [100 * v for v in curve["utilization"]]
+    data = [
+        {"type": "scatter", "mode": "lines", "name": "own", "x": u,
+         "y": curve["own_usd_per_mtok"], "line": {"color": "#0b5cad"}},
+        {"type": "scatter", "mode": "lines", "name": "rent", "x": u,
+         "y": curve["rent_usd_per_mtok"], "line": {"color": "#d4561d"}},
+    ]  # fmt: skip
+    api = curve.get("api_usd_per_mtok")
+    if _finite(api):
+        line = {"color": "#2f8f4e", "dash": "dash"}
+        data.append(
+            {"type": "scatter", "mode": "lines", "name": "API", "x": u, "y": [api] * len(u),
+             "line": line}
+        )  # fmt: skip
+    layout = _layout("mean utilization (%)", "$ per million tokens (input + output)")
+    layout["yaxis"]["type"] = "log"
+    layout["yaxis"].pop("rangemode", None)
+    rows = [
+        [u[i], curve["own_usd_per_mtok"][i], curve["rent_usd_per_mtok"][i], api]
+        for i in range(len(u))
+    ]
+    return _chart(
+        "chart-own-rent-api",
+        f"$/M tokens vs utilization: own, rent, API ({label})",
+        data,
+        layout,
+        ["utilization (%)", "own $/M tokens", "rent $/M tokens", "API $/M tokens"],
+        rows,
+    )

@@ -150,6 +150,54 @@ def _gpus_per_node(result, inputs):
     return value
 
 
+#: The fleet-over-time fields of a recommendation (planner.lifecycle, in the run summary), as
+#: (column, getter over the summary entry, kind); CSV/XLSX results rows of a recommendation
+#: and the XLSX summary sheet carry them.
+def _life(*path: str):
+    def get(entry: dict):
+        value = entry
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+    return get
+
+
+FLEET_LIFE_COLUMNS = [
+    ("cold_start_s", _life("cold_start_s", "total"), "rate"),
+    *[
+        (f"cold_start_{link}", _life("cold_start_s", "links", link), "rate")
+        for link in ("image_pull_s", "weight_load_s", "init_s", "graph_capture_s", "warmup_s")
+    ],
+    ("weights_source", _life("cold_start_s", "weights_source"), "text"),
+    ("warm_pool_replicas", _life("warm_pool_replicas"), "int"),
+    ("autoscaling_signal", _life("autoscaling", "signal"), "text"),
+    ("scale_up_in_flight_per_replica", _life("autoscaling", "in_flight_target"), "rate"),
+    ("scale_down_in_flight_per_replica", _life("autoscaling", "scale_down_in_flight"), "rate"),
+    ("scale_up_cooldown_s", _life("autoscaling", "scale_up_cooldown_s"), "rate"),
+    ("scale_down_cooldown_s", _life("autoscaling", "scale_down_cooldown_s"), "rate"),
+    ("min_replicas", _life("autoscaling", "min_replicas"), "int"),
+    ("max_replicas", _life("autoscaling", "max_replicas"), "int"),
+    ("burst_slo_share", _life("autoscaling", "burst", "slo_share"), "fraction"),
+    ("autoscaled_usd_per_month", _life("autoscaled_usd_per_month"), "money"),
+    ("autoscaled_saving_usd_per_month", _life("autoscaled_saving_usd_per_month"), "money"),
+    ("owned_usd_per_gpu_hour", _life("tco", "owned_usd_per_gpu_hour"), "price"),
+    ("breakeven_utilization", _life("tco", "breakeven_utilization"), "fraction"),
+    ("owned_usd_per_month", _life("tco", "owned_usd_per_month"), "money"),
+    ("rented_usd_per_month", _life("tco", "rented_usd_per_month"), "money"),
+    ("months_to_breakeven", _life("tco", "months_to_breakeven"), "rate"),
+]
+FLEET_LIFE_KEY = "_fleet_life_by_candidate"  # added to the inputs while rows are written
+
+
+def _fleet_life_column(get):
+    def column(result, inputs):
+        entry = (inputs.get(FLEET_LIFE_KEY) or {}).get(result.candidate_key)
+        return get(entry) if entry else None
+
+    return column
+
+
 COLUMN_SPECS: list[Column] = [
     Column("rank", _attr("rank"), "int"),
     Column("recommended", _attr("recommended"), "bool"),
@@ -200,6 +248,8 @@ COLUMN_SPECS: list[Column] = [
     Column("meets_slo", _attr("meets_slo"), "bool"),
     Column("price_source", lambda r, i: quote_label(_quote(r, i)) if _quote(r, i) else ""),
     Column("price_as_of", lambda r, i: (_quote(r, i) or {}).get("as_of", "")),
+    # a recommendation's fleet over time and buy vs rent; blank on the other rows
+    *[Column(name, _fleet_life_column(get), kind) for name, get, kind in FLEET_LIFE_COLUMNS],
 ]
 COLUMNS = [(c.header, c.kind) for c in COLUMN_SPECS]
 HEADERS = [c.header for c in COLUMN_SPECS]
@@ -227,7 +277,12 @@ def result_rows(run: SizingRun, chunk_rows: int = RESULT_CHUNK_ROWS) -> Iterator
 
     Read through ``.iterator``: a server-side cursor on PostgreSQL, so a run of any size
     holds ``chunk_rows`` results in memory at a time, never the whole queryset."""
-    inputs = run.inputs or {}
+    by_key = {
+        e["recommended"]: e
+        for e in (run.summary or {}).get("per_gpu") or []
+        if e.get("recommended") and e.get("cold_start_s")
+    }
+    inputs = (run.inputs or {}) | {FLEET_LIFE_KEY: by_key}
     results = run.results.order_by("rank", "candidate_key").iterator(chunk_size=chunk_rows)
     for result in results:
         yield [clean_value(c.get(result, inputs), c.kind) for c in COLUMN_SPECS]
@@ -376,6 +431,11 @@ def _inputs_sheet(book: Workbook, run: SizingRun) -> None:
         ("api_alternative", api.get("label", ""), None),
         ("api_input_usd_per_mtok", api.get("input_usd_per_mtok"), USD_RATE),
         ("api_output_usd_per_mtok", api.get("output_usd_per_mtok"), USD_RATE),
+        *(
+            (f"{block}.{key} (given)", value, None)
+            for block, given in (inputs.get("fleet_life") or {}).items()
+            for key, value in (given or {}).items()
+        ),
     ]
     lines: list[Row] = [([name, _number_or_text(value)], [None, fmt]) for name, value, fmt in rows]
     for model, price in (inputs.get("api_prices_by_model") or {}).items():
@@ -454,6 +514,7 @@ SUMMARY_HEADERS = [
     "hybrid_selfhost_replicas",
     "hybrid_api_token_share",
     "hybrid_usd_per_month",
+    *(name for name, _, _ in FLEET_LIFE_COLUMNS),
     "price_source",
     "why_none",
     "api_alternative",
@@ -461,7 +522,7 @@ SUMMARY_HEADERS = [
     "hybrid_plan",
 ]
 SUMMARY_FORMATS = [None] * 6 + [INT] * 6 + [USD] * 3 + [USD_RATE, RATE, RATE, USD, INT, INT]
-SUMMARY_FORMATS += [FRACTION, USD]
+SUMMARY_FORMATS += [FRACTION, USD] + [FORMATS.get(kind) for _, _, kind in FLEET_LIFE_COLUMNS]
 BEST_FOR_MODEL = " (best for the model)"
 
 
@@ -505,6 +566,7 @@ def summary_row(scope: str, name: str, entry: dict, inputs: dict) -> list:
         clean_value(hybrid.get("selfhost_replicas"), "int"),
         sig(hybrid.get("api_token_share"), 3),
         cents(hybrid.get("usd_per_month")),
+        *(clean_value(get(entry), kind) for _, get, kind in FLEET_LIFE_COLUMNS),
         quote_label(source) if source else "",
         entry.get("why_none") or "",
         (entry.get("api_alternative") or {}).get("text") or "",

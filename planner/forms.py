@@ -53,6 +53,9 @@ UNITS = {
     "tags": "comma-separated",
 }
 
+#: The fleet-life blocks, one "key = value" per line (planner.lifecycle lists the keys).
+BLOCK_FIELDS = ("cold_start", "autoscaling", "ownership")
+
 SECTIONS = [
     ("Scenario", ["name", "description", "tags"]),
     (
@@ -98,6 +101,7 @@ SECTIONS = [
             "warm_pool_replicas",
         ],
     ),
+    ("Over time and over its life", list(BLOCK_FIELDS)),
 ]
 
 DEFAULTED_FIELDS = [
@@ -112,6 +116,44 @@ DEFAULTED_FIELDS = [
     "spare_nodes",
 ]
 LIST_FIELDS = {"tags", "hourly_rps", "tp_options", "pp_options", "ep_options"}
+
+
+def _block_help(name: str) -> str:
+    from planner.lifecycle import SPEC
+
+    return "One key = value per line; blank: the cited defaults. Keys: " + ", ".join(SPEC[name])
+
+
+def parse_block(text: str) -> dict:
+    """'weights_source = nvme' lines -> {"weights_source": "nvme"}; numbers and true/false
+    are converted, the service checks names and limits."""
+    block = {}
+    for part in _split(text or ""):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise ValidationError(f"{part!r}: write key = value, e.g. weights_source = nvme")
+        lowered = value.lower()
+        if lowered in ("true", "false", "yes", "no"):
+            block[key] = lowered in ("true", "yes")
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            block[key] = value
+            continue
+        block[key] = int(number) if number.is_integer() and "." not in value else number
+    return block
+
+
+def block_text(block: dict) -> str:
+    return "\n".join(
+        f"{k} = {str(v).lower() if isinstance(v, bool) else v}" for k, v in (block or {}).items()
+    )
+
+
 CHEAPEST_LABEL = "cheapest (any provider)"
 
 
@@ -207,6 +249,25 @@ class ScenarioForm(AccessibleErrorsMixin, forms.Form):
         help_text="The SLO holds with this many whole nodes down.",
     )
 
+    cold_start = forms.CharField(
+        label="Cold start",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text=_block_help("cold_start"),
+    )
+    autoscaling = forms.CharField(
+        label="Autoscaling",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text=_block_help("autoscaling"),
+    )
+    ownership = forms.CharField(
+        label="Buy vs rent",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text=_block_help("ownership"),
+    )
+
     def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["models"].choices = model_choices(user)
@@ -277,6 +338,15 @@ class ScenarioForm(AccessibleErrorsMixin, forms.Form):
                 raise ValidationError(f"{part!r} is not a whole number") from None
         return values
 
+    def clean_cold_start(self) -> dict:
+        return parse_block(self.cleaned_data.get("cold_start"))
+
+    def clean_autoscaling(self) -> dict:
+        return parse_block(self.cleaned_data.get("autoscaling"))
+
+    def clean_ownership(self) -> dict:
+        return parse_block(self.cleaned_data.get("ownership"))
+
     def clean_tp_options(self) -> list[int]:
         return self._int_list("tp_options")
 
@@ -303,7 +373,10 @@ class ScenarioForm(AccessibleErrorsMixin, forms.Form):
         """Put each service message beside its input (unknown keys go to the form top)."""
         by_field = error.message_dict if hasattr(error, "error_dict") else {None: error.messages}
         for field, messages in by_field.items():
-            if field in self.fields:
+            block, dot, key = (field or "").partition(".")
+            if dot and block in BLOCK_FIELDS:  # "ownership.pue" -> beside the block's box
+                self.add_error(block, [f"{key}: {message}" for message in messages])
+            elif field in self.fields:
                 self.add_error(field, messages)
             elif field in (None, "non_field_errors", "__all__"):
                 self.add_error(None, messages)
@@ -353,6 +426,9 @@ def initial_from_flat(flat: dict) -> dict:
             initial[key] = value
     if isinstance(flat.get("gpu_prices"), dict):
         initial["gpu_prices"] = gpu_prices_text(flat["gpu_prices"])
+    for name in BLOCK_FIELDS:
+        if isinstance(flat.get(name), dict):
+            initial[name] = block_text(flat[name])
     index = catalog_index()
     for key, finder, model in (
         ("models", index.model_id, ModelArchitecture),

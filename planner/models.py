@@ -154,6 +154,18 @@ class Scenario(models.Model):
         help_text="Whole nodes the serving replicas must survive losing (failure domains).",
     )
 
+    # the fleet over time and over its life (planner.lifecycle validates the blocks; every
+    # key optional, defaults cited in sizing.coldstart, sizing.autoscale, sizing.ownership)
+    cold_start = models.JSONField(
+        default=dict, blank=True, help_text="Cold-start links: image, weights source, init."
+    )
+    autoscaling = models.JSONField(
+        default=dict, blank=True, help_text="Autoscaling: min replicas, burst, spot share."
+    )
+    ownership = models.JSONField(
+        default=dict, blank=True, help_text="Buy vs rent: capex, depreciation, power, colo."
+    )
+
     class Meta:
         ordering = ["-updated_at"]
         indexes = [models.Index(fields=["owner", "-updated_at"])]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from planner import runner, tails
+from planner import lifecycle, runner, tails
 from planner import snapshot as snap
 
 #: Candidates simulated per (GPU, model) group in one round (rounds run one after the other;
@@ -235,7 +235,8 @@ def summarize(inputs: dict, ranked: list[dict], best: dict[str, str], tails_on: 
                 }
             )
             continue
-        per_gpu.append({"gpu": slug, "gpu_name": name, **recommendation(row, inputs)})
+        entry = {"gpu": slug, "gpu_name": name, **recommendation(row, inputs)}
+        per_gpu.append(entry | fleet_life_fields(row, inputs))
     overall = next((r for r in ranked if r.get("recommended")), None)
     summary = {
         "candidates": len(ranked),
@@ -359,6 +360,29 @@ def recommendation(row: dict, inputs: dict) -> dict:
         "gpus_per_node": row.get("gpus_per_node"),
         **_api_fields(row, inputs, derivation.get("breakeven")),
     }
+
+
+#: The per-GPU summary's fleet-over-time fields (planner.lifecycle); None when the row
+#: cannot serve.
+FLEET_LIFE_FIELDS = (
+    "cold_start_s",
+    "warm_pool_replicas",
+    "autoscaling",
+    "autoscaled_usd_per_month",
+    "autoscaled_saving_usd_per_month",
+    "day",
+    "tco",
+    "lifecycle_steps",
+)
+
+
+def fleet_life_fields(row: dict, inputs: dict) -> dict:
+    """Cold start, the autoscaling policy and its day, and buy vs rent for one recommended
+    row, priced as the row is."""
+    price, _ = snap.gpu_price(inputs, row["gpu_slug"], row["tp"] * row.get("pp", 1))
+    price = price if price > 0 else 0.0  # NaN: no instance holds the replica
+    life = lifecycle.fleet_life(row, inputs, price) or {}
+    return {name: life.get(name) for name in FLEET_LIFE_FIELDS}
 
 
 def _model_slug(inputs: dict, candidate_key: str) -> str | None:

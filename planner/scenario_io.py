@@ -51,6 +51,10 @@ PATHS: dict[str, tuple[str, ...]] = {
     "burst_factor": ("policy", "burst_factor"),
     "warm_pool_replicas": ("policy", "warm_pool_replicas"),
     "spare_nodes": ("policy", "spare_nodes"),
+    # whole blocks, validated key by key in planner.lifecycle
+    "cold_start": ("cold_start",),
+    "autoscaling": ("autoscaling",),
+    "ownership": ("ownership",),
 }
 GROUPS = {path[0] for path in PATHS.values() if len(path) > 1}
 _MISSING = object()

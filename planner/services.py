@@ -22,6 +22,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from fleets.models import GpuSku, ModelArchitecture
+from planner import lifecycle
 from planner import prices as scenario_prices
 from planner import snapshot as snap
 from planner.models import PRECISIONS, Scenario, ShareLink, SizingRun
@@ -85,6 +86,7 @@ SCALAR_FIELDS = [
     "burst_factor",
     "warm_pool_replicas",
     "spare_nodes",
+    *lifecycle.BLOCKS,
 ]
 MAX_CANDIDATES = 20_000
 MAX_DESCRIPTION_CHARS, MAX_TAGS, MAX_TAG_CHARS = 10_000, 20, 50  # as the API serializer
@@ -150,6 +152,33 @@ def _check_lengths(errors: Errors, data: dict) -> None:
             errors.add("hourly_rps", "give 24 hourly values (requests/s), or none")
         elif any(not _finite_number(v) or v < 0 for v in hourly):
             errors.add("hourly_rps", "each hourly value must be a finite number >= 0")
+        elif _finite_number(mean) and mean > 0:
+            _check_profile_mean(errors, hourly, mean)
+
+
+#: How far a 24-hour profile's mean may sit from the declared mean rate (rounding).
+PROFILE_MEAN_TOLERANCE = 0.01
+
+
+def _check_profile_mean(errors: Errors, hourly: list, mean: float) -> None:
+    """The day's cost and the hybrid split use the profile, the fleet's utilization the mean
+    rate: they must describe the same traffic."""
+    profile_mean = sum(hourly) / len(hourly)
+    if abs(profile_mean - mean) > PROFILE_MEAN_TOLERANCE * mean:
+        errors.add(
+            "hourly_rps",
+            f"the 24 hourly values average {profile_mean:.4g} requests/s but mean_rps is "
+            f"{mean:g}: they must agree within {PROFILE_MEAN_TOLERANCE:.0%}",
+        )
+
+
+def _check_blocks(errors: Errors, merged: dict) -> None:
+    for name in lifecycle.BLOCKS:
+        clean, block_errors = lifecycle.clean_block(name, merged.get(name))
+        for field, messages in block_errors.items():
+            for message in messages:
+                errors.add(field, message)
+        merged[name] = clean
 
 
 def _finite_number(value) -> bool:
@@ -282,6 +311,7 @@ def clean_scenario_data(
         errors.add("tags", "must be a list of strings")
     _check_lengths(errors, merged)
     _check_text_sizes(errors, merged)
+    _check_blocks(errors, merged)
     if merged["tp_options"] and model_ids:
         _check_tp_divides_heads(errors, merged["tp_options"], model_ids)
     sheet = _price_sheet(errors, data, partial_of)
@@ -555,6 +585,8 @@ def build_inputs_snapshot(
         "candidates": candidates,
         # re-size the leading candidates on simulated tail latencies (planner.tails)
         "simulate_tails": settings.SIZING_SIMULATE_TAILS,
+        # cold start, autoscaling, buy vs rent (planner.lifecycle): the scenario's blocks
+        "fleet_life": {name: dict(getattr(scenario, name) or {}) for name in lifecycle.BLOCKS},
     }
 
 
@@ -574,7 +606,11 @@ def _gpu_json(gpu: GpuSku, quotes: dict) -> dict:
     ``price_source`` (the default's) and ``prices_by_replica_gpus`` ({"8": quote or None})."""
     default = quotes["default"]
     spec = snap.to_json(gpu_spec(gpu, default["usd_per_gpu_hour"] if default else 0.0))
-    return spec | {"price_source": default, "prices_by_replica_gpus": quotes["by_replica_gpus"]}
+    return spec | {
+        "price_source": default,
+        "prices_by_replica_gpus": quotes["by_replica_gpus"],
+        "tdp_w": gpu.tdp_w,  # owned power (planner.lifecycle)
+    }
 
 
 def _calibrations(scenario: Scenario, gpus) -> dict:

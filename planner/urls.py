@@ -48,6 +48,7 @@ urlpatterns = [
     path("runs/<int:pk>/progress/", views.run_progress, name="run-progress"),
     path("runs/<int:pk>/export.csv", views.run_export_csv, name="run-export-csv"),
     path("runs/<int:pk>/export.xlsx", views.run_export_xlsx, name="run-export-xlsx"),
+    path("runs/<int:pk>/deploy/", views.run_deploy, name="run-deploy"),
     path("runs/<int:pk>/share/", views.share_create, name="share-create"),
     path("share-links/<uuid:link_id>/revoke/", views.share_revoke, name="share-revoke"),
     path("compare/", views.compare, name="compare"),

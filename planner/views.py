@@ -278,6 +278,26 @@ def run_export_xlsx(request, pk: int):
     return _xlsx_response(visible_run(request, pk))
 
 
+@login_required
+def run_deploy(request, pk: int):
+    """The recommendation's Kubernetes YAML (planner.deploy), as the API serves it."""
+    from planner import deploy
+
+    run = visible_run(request, pk)
+    if refused := _unfinished(run):
+        return refused
+    try:
+        text = deploy.deploy_yaml(
+            run, request.GET.get("gpu", ""), request.GET.get("autoscaler", "")
+        )
+    except deploy.DeployError as exc:
+        return HttpResponse(f"{exc.field}: {exc}", status=400, content_type="text/plain")
+    response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
+    name = f"run-{run.pk}-{request.GET.get('gpu')}.yaml"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
 # --------------------------------------------------------------------------- share links
 
 
@@ -585,6 +605,17 @@ def chain_sections(derivation: dict) -> list[dict]:
     return [{"title": title, "steps": steps} for title, steps in sections.items()]
 
 
+def _with_fleet_life(result: CandidateResult, per_gpu: list[dict]) -> dict:
+    """A recommendation's derivation with its cold start, autoscaling and buy-vs-rent steps
+    (computed for the summary by planner.lifecycle) after the chain's own."""
+    entry = next((e for e in per_gpu if e.get("recommended") == result.candidate_key), None)
+    steps = (entry or {}).get("lifecycle_steps") or []
+    if not steps:
+        return result.derivation
+    derivation = result.derivation or {}
+    return derivation | {"steps": [*(derivation.get("steps") or []), *steps]}
+
+
 def _option_label(result: CandidateResult) -> str:
     return f"{result.model_name} · {result.gpu_name} {result.precision} TP{result.tp}"
 
@@ -686,6 +717,21 @@ def run_body_context(run: SizingRun, chain_param) -> dict:
             charts_.append(daily)
         elif not hourly:
             notes.append("No 24-hour profile given: the replicas-over-the-day chart is omitted.")
+    life = next(
+        (
+            e
+            for e in per_gpu
+            if chain_result is not None and e.get("recommended") == chain_result.candidate_key
+        ),
+        next((e for e in per_gpu if e.get("is_best")), None),
+    )
+    if life and life.get("day"):
+        label = (
+            f"{life.get('model')} {life.get('precision')} TP{life.get('tp')} on {life['gpu_name']}"
+        )
+        day_chart = charts.fleet_day(life["day"], label)
+        tco_chart = charts.own_rent_api((life.get("tco") or {}).get("curve"), label)
+        charts_ += [c for c in (day_chart, tco_chart) if c]
     for chart in charts_:
         chart["data_id"] = f"{chart['id']}-data"
     return {
@@ -699,7 +745,7 @@ def run_body_context(run: SizingRun, chain_param) -> dict:
         "best": best,
         "chain_result": chain_result,
         "open_chain": bool(chain_param),
-        "chain": chain_sections(chain_result.derivation) if chain_result else [],
+        "chain": chain_sections(_with_fleet_life(chain_result, per_gpu)) if chain_result else [],
         "charts": charts_,
         "chart_notes": notes,
         "price_rows": price_rows(inputs),

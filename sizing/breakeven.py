@@ -90,13 +90,35 @@ def utilization_to_win(
 
 
 def daily_profile_rps(traffic: Traffic) -> np.ndarray:
-    """24 hourly request rates: ``traffic.hourly_rps`` if given, else a cosine day with the
-    given mean peaking at ``peak_rps`` at 14:00 (an assumption, stated in the derivation)."""
+    """24 hourly request rates: ``traffic.hourly_rps`` if given, else a cosine day peaking at
+    ``peak_rps`` at 14:00 whose mean is ``mean_rps`` (an assumption, stated in the derivation).
+
+    ``mean + (peak - mean) * cos`` dips below zero when ``peak > 2 * mean``; clipped there it
+    averaged above the declared mean (8.8% for peak 20, mean 8). The day is instead
+    ``max(c + (peak - c) * cos, 0)`` with ``c`` chosen so the mean is ``mean_rps``: the mean
+    rises monotonically with ``c`` (its derivative ``1 - cos >= 0``), so a bisection finds it.
+    A mean below ``peak / 24`` (the peak hour alone) cannot keep the peak: that day is the
+    peak hour's spike scaled down to the mean."""
     if traffic.hourly_rps:
         return np.asarray(traffic.hourly_rps, dtype=np.float64)
-    hours = np.arange(24.0)
-    amp = traffic.peak_rps - traffic.mean_rps
-    return np.maximum(traffic.mean_rps + amp * np.cos(2 * np.pi * (hours - 14.0) / 24.0), 0.0)
+    cos = np.cos(2 * np.pi * (np.arange(24.0) - 14.0) / 24.0)
+    peak, mean = float(traffic.peak_rps), float(traffic.mean_rps)
+
+    def day(c: float) -> np.ndarray:
+        return np.maximum(c + (peak - c) * cos, 0.0)
+
+    if peak <= 2 * mean:
+        return day(mean)  # no clipping: the mean is c itself
+    spike = day(-1e6 * peak)
+    if spike.mean() >= mean:
+        return spike * (mean / spike.mean()) if spike.mean() > 0 else spike
+    low, high = -1e6 * peak, mean
+    for _ in range(200):
+        mid = 0.5 * (low + high)
+        low, high = (mid, high) if day(mid).mean() < mean else (low, mid)
+        if high - low <= 1e-12 * max(abs(high), 1.0):
+            break
+    return day(0.5 * (low + high))
 
 
 @dataclass(frozen=True)
@@ -118,13 +140,16 @@ def hybrid_split(
     fixed_replicas: int,
     tokens_per_request: float,
     usd_per_token: float,
+    burst_factor: float = 1.0,
 ) -> HybridSplit:
     """Cheapest base: for R = 0..R_peak serving replicas, each hour self-hosts
-    ``min(rps_h, R * capacity * target_util)`` and sends the rest to the API;
+    ``min(rps_h, R * capacity * target_util / burst)`` and sends the rest to the API (a
+    replica is planned to carry the hour's rate with the burst on top, as the fixed fleet is,
+    so ``R_peak`` is the fleet's own serving count and the self-host-only cost is its cost);
     ``cost(R) = (R + fixed * [R > 0]) * K + 30.42 d * sum_h overflow_h * 3600 * tokens * p``.
     The API also absorbs failures here, but the spares stay for the self-hosted base."""
     rps = np.asarray(hourly_rps, dtype=np.float64)
-    per = capacity_rps_per_replica * target_utilization
+    per = capacity_rps_per_replica * target_utilization / burst_factor
     if not per > 0:
         api = float(rps.mean() * SECONDS_PER_MONTH * tokens_per_request * usd_per_token)
         return HybridSplit(0, 1.0, api, np.inf, api)

@@ -231,10 +231,18 @@ def breakeven(fleet: Fleet, i: int, api_price: ApiPrice) -> tuple[BreakEvenResul
         traffic_tokens_per_month=v_traffic,
         utilization_to_win=float(be.utilization_to_win(usd_replica_h, x * (isl + osl), api_p)),
         hybrid=be.hybrid_split(
-            be.daily_profile_rps(t), x, p.target_utilization, k_month, fixed, isl + osl, api_p
+            be.daily_profile_rps(t),
+            x,
+            p.target_utilization,
+            k_month,
+            fixed,
+            isl + osl,
+            api_p,
+            p.burst_factor,
         ),
     )
-    return result, _breakeven_steps(result, api_price, t, v_r, k_month, fixed, x, usd_replica_h)
+    steps = _breakeven_steps(result, api_price, t, v_r, k_month, fixed, x, usd_replica_h)
+    return result, steps + _hybrid_steps(result, k_month, fixed, p.burst_factor)
 
 
 def _breakeven_steps(bev, api_price, t: Traffic, v_r, k_month, fixed, x, usd_replica_h):
@@ -291,12 +299,19 @@ def _breakeven_steps(bev, api_price, t: Traffic, v_r, k_month, fixed, x, usd_rep
             "",
             "> 1: a replica costs more than the API even when fully used",
         ),
+    ]
+
+
+def _hybrid_steps(bev, k_month, fixed, t_burst) -> list[Step]:
+    return [
         step(
             "hybrid_selfhost_replicas",
-            "argmin over R of (R + s*[R>0]) * K + API cost of the hourly overflow",
+            "argmin over R of (R + s*[R>0]) * K + API cost of the hourly overflow past "
+            "R * X * target_utilization / burst",
             [
                 q("K", k_month, "$/month per replica"),
                 q("s (spare + warm)", fixed, "replicas"),
+                q("burst", t_burst, ""),
                 q("api_token_share", bev.hybrid.api_token_share, ""),
                 q("hybrid usd_per_month", bev.hybrid.usd_per_month, "$/month"),
             ],

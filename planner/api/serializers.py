@@ -15,6 +15,7 @@ from planner.models import CandidateResult, Engine, Scenario, ShareLink, SizingR
 from planner.prices import row_price_source
 from planner.selectors import latest_run
 from pricing.models import ApiTokenPrice, GpuHourPrice, PriceSheet
+from sizing.coldstart import WEIGHTS_SOURCES
 
 
 class LengthSerializer(serializers.Serializer):
@@ -163,6 +164,44 @@ class PolicySerializer(serializers.Serializer):
     )
 
 
+class ColdStartSerializer(serializers.Serializer):
+    """Every key optional; limits are checked by the service (planner.lifecycle)."""
+
+    image_gb = serializers.FloatField(required=False, allow_null=True, help_text="GB")
+    registry_gb_s = serializers.FloatField(required=False, allow_null=True, help_text="GB/s, > 0")
+    image_cached = serializers.BooleanField(required=False, allow_null=True)
+    weights_source = serializers.ChoiceField(
+        choices=list(WEIGHTS_SOURCES), required=False, allow_null=True
+    )
+    weights_gb_s = serializers.FloatField(required=False, allow_null=True, help_text="GB/s, > 0")
+    init_s = serializers.FloatField(required=False, allow_null=True, help_text="s")
+    graph_capture_s = serializers.FloatField(required=False, allow_null=True, help_text="s")
+    warmup_s = serializers.FloatField(required=False, allow_null=True, help_text="s")
+
+
+class AutoscalingSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField(required=False, allow_null=True)
+    min_replicas = serializers.IntegerField(required=False, allow_null=True, help_text=">= 0")
+    burst_ramp_rps_per_s = serializers.FloatField(
+        required=False, allow_null=True, help_text="req/s per second"
+    )
+    burst_s = serializers.FloatField(required=False, allow_null=True, help_text="s, > 0")
+    spot_share = serializers.FloatField(required=False, allow_null=True, help_text="0..1")
+    spot_interruptions_per_hour = serializers.FloatField(required=False, allow_null=True)
+    spot_discount = serializers.FloatField(required=False, allow_null=True, help_text="0..0.99")
+
+
+class OwnershipSerializer(serializers.Serializer):
+    capex_usd_per_node = serializers.FloatField(required=False, allow_null=True)
+    depreciation_years = serializers.FloatField(required=False, allow_null=True, help_text="> 0")
+    cost_of_capital = serializers.FloatField(required=False, allow_null=True, help_text="0..1")
+    host_watts_per_node = serializers.FloatField(required=False, allow_null=True)
+    pue = serializers.FloatField(required=False, allow_null=True, help_text=">= 1")
+    usd_per_kwh = serializers.FloatField(required=False, allow_null=True)
+    colo_usd_per_kw_month = serializers.FloatField(required=False, allow_null=True)
+    ops_usd_per_node_month = serializers.FloatField(required=False, allow_null=True)
+
+
 class LatestRunSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     status = serializers.CharField()
@@ -209,6 +248,9 @@ class ScenarioSerializer(serializers.Serializer):
     pricing = PricingSerializer(required=False)
     api_alternative = ApiAlternativeSerializer(required=False)
     policy = PolicySerializer(required=False)
+    cold_start = ColdStartSerializer(required=False)
+    autoscaling = AutoscalingSerializer(required=False)
+    ownership = OwnershipSerializer(required=False)
     owner = serializers.CharField(source="owner.username", read_only=True)
     shared_with = serializers.ListField(
         child=serializers.CharField(max_length=150),

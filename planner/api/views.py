@@ -6,6 +6,7 @@ import datetime as dt
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import OuterRef, Q, Subquery
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
@@ -19,7 +20,7 @@ from rest_framework.response import Response
 from fleets.measurements import MeasurementError
 from fleets.models import CalibrationProfile, GpuSku, ModelArchitecture
 from fleets.services import CatalogRowInUse, check_deletable
-from planner import exports, scenario_io, selectors, services
+from planner import deploy, exports, scenario_io, selectors, services
 from planner.api import serializers as s
 from planner.api.errors import error_response
 from planner.api.pagination import ResultsPagination
@@ -233,6 +234,40 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         if reason := exports.unfinished_reason(run):
             return error_response(reason, code=409)
         return exports.xlsx_response(run)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("gpu", str, required=True, description="GPU slug of the run"),
+            OpenApiParameter(
+                "autoscaler", str, required=False, enum=list(deploy.AUTOSCALERS),
+                description="hpa or keda; default keda with a warm pool or scale to zero",
+            ),
+        ],
+        responses={
+            (200, "application/yaml"): OpenApiTypes.STR,
+            400: OpenApiTypes.OBJECT,
+            409: OpenApiTypes.OBJECT,
+        },
+    )  # fmt: skip
+    @action(detail=True, methods=["get"])
+    def deploy(self, request, pk=None):
+        """Kubernetes YAML for the run's recommendation on one GPU: Deployment (GPU requests,
+        node selector, readiness after warm-up, weights volume, the vLLM arguments the sizing
+        assumed), Service, and an HPA or KEDA ScaledObject on in-flight requests."""
+        run = self.get_object()
+        if reason := exports.unfinished_reason(run):
+            return error_response(reason, code=409)
+        return deploy_response(run, request.query_params)
+
+
+def deploy_response(run, params) -> HttpResponse | Response:
+    try:
+        text = deploy.deploy_yaml(run, params.get("gpu", ""), params.get("autoscaler", ""))
+    except deploy.DeployError as exc:
+        return error_response(f"{exc.field}: {exc}", {exc.field: [str(exc)]}, code=400)
+    response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = f'inline; filename="run-{run.pk}-{params.get("gpu")}.yaml"'
+    return response
 
 
 class InUse(APIException):

@@ -185,6 +185,13 @@ FORM_ERRORS = [
     ("burst_factor", "0.5", "greater than or equal to 1"),
     ("spare_replicas", "-1", "greater than or equal to 0"),
     ("warm_pool_replicas", "-2", "greater than or equal to 0"),
+    # the fleet-life blocks: "key = value" lines, each bad key named beside its box
+    ("ownership", "pue = 0.9", "pue: must be at least 1"),
+    ("ownership", "depreciation_years = 0", "depreciation_years: must be greater than 0"),
+    ("cold_start", "registry_gb_s = -1", "registry_gb_s: must be at least 0.01"),
+    ("cold_start", "weights_source", "write key = value"),
+    ("autoscaling", "spot_share = 2", "spot_share: must be at most 1"),
+    ("hourly_rps", ", ".join(["5"] * 24), "average 5 requests/s but mean_rps is 10"),
 ]
 
 
@@ -282,7 +289,9 @@ def test_the_chain_can_show_any_result_of_the_run(owner_client, run):
 
 def test_daily_chart_appears_with_a_24_hour_profile(owner_client, catalog, owner):
     hourly = [5.0] * 12 + [20.0] * 12
-    scenario = make_scenario(owner, hourly_rps=hourly, models=["llama-3.1-8b"], gpus=["H100"])
+    scenario = make_scenario(
+        owner, hourly_rps=hourly, mean_rps=12.5, models=["llama-3.1-8b"], gpus=["H100"]
+    )
     run = services.sizing_run_start(scenario=scenario)
     response = owner_client.get(f"/runs/{run.pk}/")
     assert "chart-daily" in {c["id"] for c in response.context["charts"]}
@@ -537,3 +546,17 @@ def test_owner_of_a_scenario_it_is_shared_with_is_not_a_stranger(catalog, owner)
     # sanity for the fixtures used above
     other = UserFactory(username="third")
     assert other.pk != owner.pk
+
+
+def test_fleet_life_blocks_round_trip_through_the_form(owner_client, catalog):
+    body = form_post(
+        cold_start="weights_source = peer\nimage_cached = true",
+        ownership="capex_usd_per_node = 300000, pue = 1.3",
+    )
+    response = owner_client.post("/scenarios/new/", body)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    scenario = Scenario.objects.get()
+    assert scenario.cold_start == {"weights_source": "peer", "image_cached": True}
+    assert scenario.ownership == {"capex_usd_per_node": 300000, "pue": 1.3}
+    page = owner_client.get(f"/scenarios/{scenario.pk}/edit/")
+    assert "weights_source = peer" in page.context["form"].initial["cold_start"]

@@ -1,0 +1,145 @@
+"""GET /api/v1/runs/{id}/deploy/?gpu=<slug>: YAML a platform engineer can start from, each
+field the plan's."""
+
+import math
+
+import pytest
+import yaml
+
+from planner import deploy, services
+from tests.factories import make_scenario
+
+
+@pytest.fixture
+def run(catalog, user):
+    scenario = make_scenario(
+        owner=user,
+        models=["Llama-3.1-70B-Instruct"],
+        gpus=["H100"],
+        precisions=["fp8"],
+        peak_rps=40,
+        mean_rps=12,
+        burst_factor=1.3,
+        cold_start={"weights_source": "nvme"},
+    )
+    return services.sizing_run_start(scenario=scenario)
+
+
+BAD = [
+    ({}, "gpu"),
+    ({"gpu": "b200"}, "gpu"),
+    ({"gpu": "h100_sxm", "autoscaler": "x"}, "autoscaler"),
+]
+
+
+def _docs(response):
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("application/yaml")
+    return {d["kind"]: d for d in yaml.safe_load_all(response.content.decode())}
+
+
+def test_yaml_fields_are_the_plans(api, run):
+    entry = run.summary["per_gpu"][0]
+    result = run.results.get(candidate_key=entry["recommended"])
+    docs = _docs(api.get(f"/api/v1/runs/{run.pk}/deploy/", {"gpu": "h100_sxm"}))
+    assert set(docs) == {"Deployment", "Service", "ScaledObject"}  # a warm pool -> KEDA
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    gpus = result.gpus_per_replica
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == gpus
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == gpus
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert "nvidia.com/gpu.product" in pod["nodeSelector"]
+    args = container["args"]
+
+    def arg(name):
+        return args[args.index(name) + 1]
+
+    engine = run.inputs["engine"]
+    traffic = run.inputs["traffic"]
+    assert int(arg("--tensor-parallel-size")) == result.tp
+    assert int(arg("--max-num-seqs")) == result.batch
+    assert float(arg("--gpu-memory-utilization")) == engine["gpu_memory_utilization"]
+    assert int(arg("--max-num-batched-tokens")) == engine["max_num_batched_tokens"]
+    assert arg("--kv-cache-dtype") == ("fp8" if result.kv_precision == "fp8" else "auto")
+    p95 = traffic["prompt_tokens_p95"] + traffic["output_tokens_p95"]
+    assert int(arg("--max-model-len")) == p95
+    from fleets.models import ModelArchitecture
+
+    assert arg("--model") == ModelArchitecture.objects.get(slug="llama-3.1-70b").hf_id
+    # readiness after warm-up; the startup probe allows twice the cold start
+    startup = container["startupProbe"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    cold = entry["cold_start_s"]["total"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 2 * cold
+    assert {v["name"] for v in pod["volumes"]} == {"weights", "dshm"}
+    assert "hostPath" in pod["volumes"][0]  # weights from node-local NVMe
+    assert (
+        docs["Service"]["spec"]["selector"] == docs["Deployment"]["spec"]["selector"]["matchLabels"]
+    )
+    # the autoscaler: the derived signal, thresholds, cooldowns, min/max replicas
+    policy = entry["autoscaling"]
+    keda = docs["ScaledObject"]["spec"]
+    (trigger,) = keda["triggers"]
+    assert "vllm:num_requests_running" in trigger["metadata"]["query"]
+    assert float(trigger["metadata"]["threshold"]) == pytest.approx(
+        policy["in_flight_target"], abs=1e-3
+    )
+    assert keda["minReplicaCount"] == policy["min_replicas"]
+    assert keda["maxReplicaCount"] == policy["max_replicas"] + policy["warm_pool_replicas"]
+    behavior = keda["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert behavior["scaleDown"]["stabilizationWindowSeconds"] == policy["scale_down_cooldown_s"]
+    assert behavior["scaleUp"]["policies"][0]["periodSeconds"] == policy["scale_up_cooldown_s"]
+    assert policy["scale_up_cooldown_s"] >= math.floor(cold)
+    warm = policy["warm_pool_replicas"]
+    formula = keda["advanced"]["scalingModifiers"]["formula"]
+    assert float(formula.split("+")[1]) == pytest.approx(warm * policy["in_flight_target"], 1e-3)
+
+
+def test_hpa_on_request_and_bad_requests_name_the_parameter(api, run):
+    # one run for both (each run costs seconds): an HPA on the same signal and thresholds
+    url = f"/api/v1/runs/{run.pk}/deploy/"
+    docs = _docs(api.get(url, {"gpu": "h100_sxm", "autoscaler": "hpa"}))
+    hpa = docs["HorizontalPodAutoscaler"]["spec"]
+    policy = run.summary["per_gpu"][0]["autoscaling"]
+    target = hpa["metrics"][0]["pods"]["target"]["averageValue"]
+    assert float(target) == pytest.approx(policy["in_flight_target"], abs=1e-3)
+    assert hpa["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
+    for params, field in BAD:
+        response = api.get(url, params)
+        assert response.status_code == 400
+        assert field in response.json()["errors"]
+
+
+def test_ui_button_downloads_the_same_yaml(client, run, user):
+    client.force_login(user)
+    page = client.get(f"/runs/{run.pk}/")
+    assert f"/runs/{run.pk}/deploy/?gpu=h100_sxm" in page.content.decode()
+    ui = client.get(f"/runs/{run.pk}/deploy/", {"gpu": "h100_sxm"})
+    assert ui.status_code == 200
+    assert ui.content.decode() == deploy.deploy_yaml(run, "h100_sxm")
+    ids = {c["id"] for c in page.context["charts"]}
+    assert {"chart-fleet-day", "chart-own-rent-api"} <= ids
+
+
+def test_api_blocks_round_trip_and_bad_values_name_the_field(catalog, api):
+    from tests.api.test_api import body
+
+    data = body()
+    data["cold_start"] = {"weights_source": "object_store", "image_cached": True}
+    data["ownership"] = {"pue": 1.2, "depreciation_years": 4}
+    created = api.post("/api/v1/scenarios/", data, format="json")
+    assert created.status_code == 201, created.json()
+    back = api.get(f"/api/v1/scenarios/{created.json()['id']}/").json()
+    assert back["cold_start"] == data["cold_start"] and back["ownership"] == data["ownership"]
+    for block, value, field in (
+        ("ownership", {"pue": 0.9}, "ownership.pue"),
+        ("ownership", {"depreciation_years": 0}, "ownership.depreciation_years"),
+        ("cold_start", {"weights_gb_s": -2}, "cold_start.weights_gb_s"),
+        ("cold_start", {"weights_source": "tape"}, "cold_start.weights_source"),
+    ):
+        bad = body()
+        bad[block] = value
+        answer = api.post("/api/v1/scenarios/", bad, format="json")
+        assert answer.status_code == 400
+        assert field in answer.json()["errors"], answer.json()

@@ -1,0 +1,142 @@
+"""The fleet over time and over its life, through a run: scenario blocks, the per-GPU summary,
+bad input refused by field."""
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from planner import services
+from sizing.derivation import evaluate
+from tests.factories import make_scenario
+
+SMALL = {"models": ["llama-3.1-8b"], "gpus": ["H100"], "precisions": ["fp8"]}
+
+
+@pytest.fixture
+def run(catalog):
+    scenario = make_scenario(
+        **SMALL,
+        cold_start={"weights_source": "nvme", "weights_gb_s": 5.0},
+        autoscaling={"min_replicas": 1, "burst_ramp_rps_per_s": 0.5},
+        ownership={"capex_usd_per_node": 300_000},
+    )
+    return services.sizing_run_start(scenario=scenario)
+
+
+def test_summary_per_gpu_carries_the_fleet_life(run):
+    entry = run.summary["per_gpu"][0]
+    assert entry["recommended"]
+    cold = entry["cold_start_s"]
+    # the weight link is the row's own weights per GPU x GPUs over the given 5 GB/s
+    result = run.results.get(candidate_key=entry["recommended"])
+    weights = result.derivation["weights_gb_per_gpu"] * result.gpus_per_replica
+    assert cold["links"]["weight_load_s"] == pytest.approx(weights / 5.0)
+    assert cold["total"] == pytest.approx(sum(cold["links"].values()))
+    assert "weights_gb_s" not in cold["defaults"] and "image_gb" in cold["defaults"]
+    policy = entry["autoscaling"]
+    assert policy["scale_up_cooldown_s"] >= cold["total"]
+    assert policy["scale_down_cooldown_s"] >= 300
+    assert policy["min_replicas"] == 1 and policy["max_replicas"] >= 1
+    assert entry["warm_pool_replicas"] == policy["warm_pool_replicas"] >= 1
+    # the day's cost is the step that computed it (the warm pool the ramp needs included)
+    (cost,) = [s for s in entry["lifecycle_steps"] if s["name"] == "autoscaled_usd_per_month"]
+    assert cost["value"] == pytest.approx(entry["autoscaled_usd_per_month"])
+    assert entry["autoscaling"]["burst"]["late_requests_without_warm_pool"] > 0
+    assert entry["autoscaling"]["burst"]["late_requests"] == 0
+    tco = entry["tco"]
+    assert set(tco) >= {
+        "owned_usd_per_gpu_hour",
+        "breakeven_utilization",
+        "owned_usd_per_month",
+        "rented_usd_per_month",
+        "months_to_breakeven",
+    }
+    assert tco["rented_usd_per_month"] == pytest.approx(entry["autoscaled_usd_per_month"])
+    assert len(entry["day"]["ready"]) == 144
+    for step in entry["lifecycle_steps"]:
+        if step["kind"] == "formula":
+            assert evaluate(step["formula"], step["inputs"]) == pytest.approx(step["value"])
+
+
+def test_defaults_apply_and_say_so(catalog):
+    run = services.sizing_run_start(scenario=make_scenario(**SMALL, burst_factor=1.5))
+    entry = run.summary["per_gpu"][0]
+    assert "weights_source" in entry["cold_start_s"]["defaults"]
+    assert "pue" in entry["tco"]["defaults"]
+    assert entry["autoscaling"]["defaults"]
+    # the default ramp is the burst factor reached within the burst: 20 * 0.5 / 60 req/s/s
+    assert entry["autoscaling"]["ramp_rps_per_s"] == pytest.approx(20 * 0.5 / 60)
+    # one answer, one self-host-only cost: the hybrid split sizes with the burst factor too
+    hybrid = entry["breakeven"]["hybrid"]
+    assert hybrid["selfhost_only_usd_per_month"] == pytest.approx(entry["usd_per_month"])
+
+
+def test_no_burst_no_warm_pool_and_the_day_costs_no_more(catalog):
+    run = services.sizing_run_start(scenario=make_scenario(**SMALL))
+    entry = run.summary["per_gpu"][0]
+    assert entry["warm_pool_replicas"] == 0
+    assert entry["autoscaled_usd_per_month"] <= entry["usd_per_month"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(
+    "block, value, field, text",
+    [
+        ("cold_start", {"registry_gb_s": -1}, "cold_start.registry_gb_s", "at least 0.01"),
+        ("cold_start", {"weights_gb_s": 0}, "cold_start.weights_gb_s", "at least 0.01"),
+        ("cold_start", {"weights_source": "floppy"}, "cold_start.weights_source", "one of"),
+        ("ownership", {"depreciation_years": 0}, "ownership.depreciation_years", "greater"),
+        ("ownership", {"pue": 0.9}, "ownership.pue", "at least 1"),
+        ("autoscaling", {"spot_share": 2}, "autoscaling.spot_share", "at most 1"),
+        ("autoscaling", {"min_replicas": 1.5}, "autoscaling.min_replicas", "whole number"),
+        ("ownership", {"watts": 3}, "ownership", "unknown keys"),
+        ("cold_start", [1], "cold_start", "must be an object"),
+    ],
+)
+def test_bad_blocks_refused_naming_the_field(catalog, block, value, field, text):
+    from planner.models import Scenario
+
+    with pytest.raises(ValidationError) as exc:
+        make_scenario(**SMALL, **{block: value})
+    messages = exc.value.message_dict
+    assert field in messages and text in " ".join(messages[field])
+    assert not Scenario.objects.exists()
+
+
+def test_profile_mean_must_match_the_declared_mean(catalog):
+    with pytest.raises(ValidationError) as exc:
+        make_scenario(**SMALL, hourly_rps=[5.0] * 12 + [20.0] * 12, mean_rps=10.0)
+    assert "average 12.5" in " ".join(exc.value.message_dict["hourly_rps"])
+
+
+def test_exports_carry_the_fleet_life_columns(run):
+    import csv
+    import io
+
+    from openpyxl import load_workbook
+
+    from planner import exports
+
+    entry = run.summary["per_gpu"][0]
+    rows = list(csv.DictReader(io.StringIO(exports.run_csv(run))))
+    (mine,) = [r for r in rows if r["recommended"] == "true"]
+    assert float(mine["cold_start_s"]) == pytest.approx(entry["cold_start_s"]["total"], 1e-3)
+    assert int(mine["warm_pool_replicas"]) == entry["warm_pool_replicas"]
+    assert float(mine["autoscaled_usd_per_month"]) == pytest.approx(
+        entry["autoscaled_usd_per_month"], abs=0.01
+    )
+    tco = entry["tco"]
+    assert float(mine["owned_usd_per_gpu_hour"]) == pytest.approx(
+        tco["owned_usd_per_gpu_hour"], 1e-3
+    )
+    assert float(mine["breakeven_utilization"]) == pytest.approx(tco["breakeven_utilization"], 1e-2)
+    others = [r for r in rows if r["recommended"] != "true"]
+    assert all(r["cold_start_s"] == "" for r in others)
+    book = load_workbook(io.BytesIO(exports.run_xlsx(run)))
+    sheet = book["summary"]
+    header = [c.value for c in sheet[1]]
+    line = [c.value for c in sheet[2]]
+    values = dict(zip(header, line, strict=False))
+    for name in ("rented_usd_per_month", "owned_usd_per_month", "months_to_breakeven"):
+        assert values[name] == pytest.approx(tco[name], rel=1e-3)
+    assert values["scale_up_cooldown_s"] == entry["autoscaling"]["scale_up_cooldown_s"]
+    inputs = {r[0].value: r[1].value for r in book["inputs"].iter_rows() if r[0].value}
+    assert inputs["cold_start.weights_gb_s (given)"] == 5.0
