@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('planner', '0009_wider_node_counts'),
+        ('planner', '0010_engine_settings_and_serving'),
     ]
 
     operations = [

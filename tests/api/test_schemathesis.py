@@ -42,7 +42,7 @@ def token(catalog, in_transaction):
 
 @pytest.mark.slow
 @schema.parametrize()
-@settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=2, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_api_never_errors_and_matches_its_schema(case, token):
     response = case.call(headers={"Authorization": f"Token {token}"})
     case.validate_response(response, checks=CHECKS)

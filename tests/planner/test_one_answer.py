@@ -116,7 +116,7 @@ SCENARIOS = dict(
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data(), **SCENARIOS)
 def test_analytic_sizing_of_a_candidate_ignores_its_neighbours(base_inputs, data, **draw):

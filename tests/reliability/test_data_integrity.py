@@ -31,7 +31,8 @@ def _all_finite(value) -> bool:
 @pytest.mark.tails  # the simulated rows must reproduce too
 def test_recomputing_a_run_from_its_snapshot_matches_exactly(catalog):
     # given a finished run, simulated as in production
-    scenario = make_scenario(models=["llama-3.1-8b", "Qwen3-32B"], gpus=["H100", "L40S"])
+    # (one model, one precision: two GPU groups of simulated rows are enough to reproduce)
+    scenario = make_scenario(models=["llama-3.1-8b"], gpus=["H100", "L40S"], precisions=["fp8"])
     run = sizing_run_start(scenario=scenario)
     assert run.status == SizingRun.Status.SUCCEEDED
     # when its inputs snapshot is recomputed through the pipeline with an empty cache (every
@@ -80,7 +81,7 @@ def test_every_saved_number_is_finite(catalog):
     assert _all_finite(run.summary) and _all_finite(run.inputs)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     peak=st.floats(1e-3, 1e6),
     mean_share=st.floats(0.01, 1.0),

@@ -223,7 +223,7 @@ def _point(gpu, model, precision, tp, isl, osl, conc, calibration):
     return fit, closed_loop(c, fit, isl, osl, conc)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     model=st.sampled_from([LLAMA_8B, LLAMA_70B, DEEPSEEK_V3]),
     precision=st.sampled_from(["bf16", "fp8", "fp4"]),
@@ -263,7 +263,7 @@ def test_a_dominating_gpu_is_never_slower_and_never_holds_fewer_sequences(
             assert op_b.ttft_s[0] <= op_w.ttft_s[0] * (1 + 1e-9), pair
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(
     model=st.sampled_from([LLAMA_8B, LLAMA_70B, DEEPSEEK_V3]),
     rps=st.sampled_from([1.0, 100.0, 10_000.0]),
