@@ -46,7 +46,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtri
+from scipy.special import ndtr, ndtri
 
 from sizing.candidates import CandidateArrays
 from sizing.memory import MemoryFit
@@ -143,8 +143,6 @@ def mg1_wait_tail(rho: np.ndarray, cs2: float) -> tuple[np.ndarray, np.ndarray]:
 def _mixture_quantile(spread, extra, gaps: np.ndarray, q: float) -> np.ndarray:
     """The t with ``mean_j P(Z > t sqrt(gaps_j) / spread) = 1 - q`` per row (s), capped at
     ``extra`` (a request with one gap sees at most about one mixed step's extra)."""
-    from scipy.special import ndtr
-
     spread = np.asarray(spread, dtype=np.float64)[:, None]
     root = np.sqrt(np.maximum(gaps, 1.0))[None, :]
     decodes = (gaps > 0)[None, :]  # a one-token output has no TPOT (0, as the simulator counts)
