@@ -152,7 +152,7 @@ def evaluate(pts: dict[str, np.ndarray], lo: int = 0, hi: int | None = None) -> 
     )
     isl, osl = pts["isl"][sl], pts["osl"][sl]
     fit = fit_memory(c, isl + osl)
-    op = closed_loop(c, fit, isl, osl, pts["batch"][sl])
+    op = closed_loop(c, fit, isl, osl, pts["batch"][sl], envelope=False)
     w = littles.residence_s(op.ttft_s - op.queue_s, osl, op.tpot_s)  # in service, no queue
     x = littles.requests_per_s_per_replica(op.batch, w)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -1073,14 +1073,14 @@ def _capacity_stage(c, fit, sp, traffic, slo, policy, tails, given) -> _Stage:
     latency, meets, binding, source, steps = [], [], [], [], []
     for i in range(n):
         if given[i] is not None:
-            g = given[i]
-            rates[i] = g.rate_rps
-            latency.append(g.latency_ms)
-            meets.append(g.meets_slo)
-            binding.append(g.binding)
-            source.append(g.source)
-            steps.append(list(g.steps))
-            residence[i] = _given_residence_s(traffic, g)
+            rates[i], residence[i], row_latency, ok, row_binding, row_source, row_steps = (
+                _given_row(given[i], traffic)
+            )
+            latency.append(row_latency)
+            meets.append(ok)
+            binding.append(row_binding)
+            source.append(row_source)
+            steps.append(row_steps)
             continue
         row = {
             name: {percentile_key(q): float(values[q][i] * 1e3) for q in quantiles}
@@ -1103,16 +1103,26 @@ def _capacity_stage(c, fit, sp, traffic, slo, policy, tails, given) -> _Stage:
 
 def _given_stage(given: list[Capacity], traffic: Traffic, statistic: str) -> _Stage:
     """The stage when every row's capacity comes from elsewhere (the simulator)."""
-    return _Stage(
-        np.array([g.rate_rps for g in given], dtype=np.float64),
-        np.array([_given_residence_s(traffic, g) for g in given]),
-        [g.latency_ms for g in given],
-        np.array([g.meets_slo for g in given], dtype=bool),
-        [g.binding for g in given],
-        [g.source for g in given],
-        statistic,
-        [list(g.steps) for g in given],
+    rate, residence, latency, meets, binding, source, steps = zip(
+        *(_given_row(g, traffic) for g in given), strict=True
     )
+    return _Stage(
+        np.array(rate, dtype=np.float64),
+        np.array(residence, dtype=np.float64),
+        list(latency),
+        np.array(meets, dtype=bool),
+        list(binding),
+        list(source),
+        statistic,
+        list(steps),
+    )
+
+
+def _given_row(g: Capacity, traffic: Traffic) -> tuple:
+    """One row's stage values from a given capacity: (rate, residence, latency, meets,
+    binding, source, steps); the same for a whole given stage and a mixed one."""
+    residence = _given_residence_s(traffic, g)
+    return g.rate_rps, residence, g.latency_ms, g.meets_slo, g.binding, g.source, list(g.steps)
 
 
 def _given_residence_s(traffic: Traffic, given: Capacity) -> float:

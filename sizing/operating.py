@@ -42,7 +42,7 @@ These are means; simulate.py gives the percentiles, lumpy chunks and preemption.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -163,41 +163,100 @@ def closed_loop(
     isl: np.ndarray,
     osl: np.ndarray,
     concurrency: np.ndarray | float = np.nan,
+    envelope: bool = True,
 ) -> OperatingPoint:
     """Operating point at ``concurrency`` clients per instance. NaN: max throughput, the batch
     in ``[1, batch_max]`` with the highest request rate (a geometric scan, refined by
     bisection on log B); with long prompts the largest batch is not the fastest, since its
     prefill waves stall more decode than the extra sequences add. Misfit rows get batch 0
-    and zero throughput."""
+    and zero throughput.
+
+    At a given concurrency the engine admits ``min(C, batch_max)`` sequences, and
+    ``envelope`` (the default) runs it at the best batch up to that: where prefill saturates
+    the token budget, sequences beyond the best batch only wait for their prefill (they hold
+    KV but do not decode), so the rate is the envelope ``max_{b <= min(C, batch_max)} X(b)``
+    and the rest of the clients queue (``queue_s = (C - b) / X``, Little). Holding more
+    sequences therefore never lowers the rate (a GPU with more HBM is never slower).
+    Searches over the batch itself (``slo_operating_point``, the tail model) pass
+    ``envelope=False`` to evaluate exactly the batch they ask for."""
     n = len(c)
     isl = np.broadcast_to(np.asarray(isl, dtype=np.float64), (n,))
     osl = np.broadcast_to(np.maximum(np.asarray(osl, dtype=np.float64), 1.0), (n,))
     conc = np.broadcast_to(np.asarray(concurrency, dtype=np.float64), (n,))
     b_max = batch_limit(c, fit, isl, osl)
     blank = np.isnan(conc)
-    if blank.any():
-        rows = np.flatnonzero(blank & fit.fits)
-        best = b_max.copy()
-        if len(rows):
-            sub_fit = MemoryFit(**{k: np.asarray(v)[rows] for k, v in vars(fit).items()})
-            best[rows] = max_throughput_batch(
-                c.take(rows), sub_fit, isl[rows], osl[rows], b_max[rows]
-            )
-        conc = np.where(blank, best, conc)
-    return _operating_point(c, fit, isl, osl, conc, b_max, waves=~blank)
+    admitted = np.where(blank, b_max, np.minimum(np.maximum(conc, 1.0), b_max))
+    best = admitted.copy()
+    scan = blank & fit.fits
+    if envelope:
+        scan |= _past_the_peak(c, fit, isl, osl, admitted, ~blank & fit.fits & (admitted > 1))
+    rows = np.flatnonzero(scan)
+    if len(rows):
+        sub_fit = MemoryFit(**{k: np.asarray(v)[rows] for k, v in vars(fit).items()})
+        best[rows] = max_throughput_batch(
+            c.take(rows), sub_fit, isl[rows], osl[rows], admitted[rows], waves=~blank[rows]
+        )
+    offered = np.where(blank, best, conc)
+    op = _operating_point(c, fit, isl, osl, offered, np.where(scan, best, b_max), waves=~blank)
+    return replace(op, batch_max=b_max)
+
+
+#: A fixed-concurrency row is searched for its envelope only where 5 % fewer sequences run
+#: faster (the rate is unimodal in B, so elsewhere the admitted batch is the best up to it).
+PEAK_CHECK_FRACTION = 0.95
+#: ... and wherever the prompts load the token budget past this share (see _past_the_peak).
+PREFILL_RHO_SCAN = 0.5
+
+
+def _past_the_peak(
+    c: CandidateArrays,
+    fit: MemoryFit,
+    isl: np.ndarray,
+    osl: np.ndarray,
+    admitted: np.ndarray,
+    candidates: np.ndarray,
+) -> np.ndarray:
+    """Rows (of ``candidates``) whose closed-loop rate falls with the batch at ``admitted``."""
+    past = np.zeros(len(c), dtype=bool)
+    rows = np.flatnonzero(candidates)
+    if len(rows) == 0:
+        return past
+    sub = c.take(rows)
+    sub_fit = MemoryFit(**{k: np.asarray(v)[rows] for k, v in vars(fit).items()})
+    at = admitted[rows]
+    fewer = np.maximum(np.floor(at * PEAK_CHECK_FRACTION), 1.0)
+    args = (sub, sub_fit, isl[rows], osl[rows])
+    op = _operating_point(*args, at, at, waves=True)
+    x_fewer = _operating_point(*args, fewer, at, waves=True).requests_per_s
+    # the prompt queue's load: past PREFILL_RHO_SCAN its wait grows steeply and can drop the
+    # rate below a much smaller batch's (a cliff, not a local slope)
+    room = np.maximum(sub.max_num_batched_tokens - op.decode_seqs_per_step, 1.0)
+    queued = op.prefill_tokens_per_step / room > PREFILL_RHO_SCAN
+    past[rows] = queued | (x_fewer > op.requests_per_s * (1.0 + 1e-9))
+    return past
 
 
 def max_throughput_batch(
-    c: CandidateArrays, fit: MemoryFit, isl: np.ndarray, osl: np.ndarray, b_max: np.ndarray
+    c: CandidateArrays,
+    fit: MemoryFit,
+    isl: np.ndarray,
+    osl: np.ndarray,
+    b_max: np.ndarray,
+    waves: np.ndarray | bool = False,
 ) -> np.ndarray:
-    """Per row, the batch in ``[1, b_max]`` maximizing requests/s (sequences, per instance).
+    """Per row, the batch in ``[1, b_max]`` maximizing requests/s (sequences, per instance);
+    ``waves`` where the clients re-arrive in waves (a fixed concurrency, see
+    ``_operating_point``).
 
     A coarse scan (``MAX_THROUGHPUT_FRACTIONS``); rows whose best is an inner point are
     refined between its scan neighbours (the rate is unimodal in B: more sequences share
     each weight read until prefill stalls and KV reads dominate)."""
+    waves = np.broadcast_to(np.asarray(waves, dtype=bool), (len(c),))
     top = np.maximum(b_max, 1.0)
     batches = [np.maximum(np.floor(top * f), 1.0) for f in MAX_THROUGHPUT_FRACTIONS]
-    rates = [_operating_point(c, fit, isl, osl, b, b_max).requests_per_s for b in batches]
+    rates = [
+        _operating_point(c, fit, isl, osl, b, b_max, waves=waves).requests_per_s for b in batches
+    ]
     k = np.argmax(np.stack(rates), axis=0)  # first (largest batch) wins ties
     best_b = np.choose(k, batches)
     inner = np.flatnonzero(k > 0)
@@ -214,7 +273,7 @@ def max_throughput_batch(
     for _ in range(MAX_THROUGHPUT_REFINE):
         for probe in (np.floor(np.sqrt(lo * b)), np.floor(np.sqrt(hi * b))):
             probe = np.clip(probe, 1.0, t)
-            xp = _operating_point(*args, probe, b_max[inner]).requests_per_s
+            xp = _operating_point(*args, probe, b_max[inner], waves=waves[inner]).requests_per_s
             better = xp > x * (1.0 + 1e-9)
             b, x = np.where(better, probe, b), np.where(better, xp, x)
         lo, hi = np.sqrt(lo * b), np.sqrt(hi * b)
@@ -367,7 +426,7 @@ def slo_operating_point(
     hi_rank = np.maximum(np.floor(batch_limit(c, fit, isl, osl) / c.dp), 1.0)
 
     def meets(rank_batch: np.ndarray) -> tuple[np.ndarray, OperatingPoint]:
-        op = closed_loop(c, fit, isl, osl, rank_batch * c.dp)
+        op = closed_loop(c, fit, isl, osl, rank_batch * c.dp, envelope=False)
         return (op.tpot_s <= tpot_slo) & (op.ttft_s <= ttft_slo), op
 
     ok_hi, _ = meets(hi_rank)
@@ -382,9 +441,9 @@ def slo_operating_point(
         lo = np.where(active & ok_mid, mid, lo)
         hi = np.where(active & ~ok_mid, mid, hi)
     chosen = np.where(ok_hi, hi_rank, lo)
-    point = closed_loop(c, fit, isl, osl, chosen * c.dp)
+    point = closed_loop(c, fit, isl, osl, chosen * c.dp, envelope=False)
     # Which SLO stops the next batch size: evaluate one above the choice.
-    over = closed_loop(c, fit, isl, osl, np.minimum(chosen + 1, hi_rank) * c.dp)
+    over = closed_loop(c, fit, isl, osl, np.minimum(chosen + 1, hi_rank) * c.dp, envelope=False)
     binding = np.where(over.tpot_s > tpot_slo, B_TPOT, B_TTFT)
     kv_bound = kv_sequences_live(c, fit, isl, osl) <= c.max_num_seqs * c.dp
     binding = np.where(ok_hi, np.where(kv_bound, B_MEMORY, B_THROUGHPUT), binding)
