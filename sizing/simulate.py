@@ -209,11 +209,16 @@ class SimEngine:
     chunked_prefill: bool = True
 
 
+#: Shortest row of decode counts a step-time cell is filled with (see ``StepTimer._fill``).
+ROW_MIN_DECODES = 64
+
+
 class StepTimer:
     """Memoised ``decode_step(c, n_dec, ctx, pre, p_eq).step_s`` for one candidate row (s).
 
     Continuous inputs are rounded to a 1/64-octave grid (exact up to 64); on a miss one
-    vectorized core call fills the whole row of decode counts 0..max_decodes for that cell.
+    vectorized core call fills a row of decode counts 0..n for that cell (n a power of two,
+    grown when a larger count comes).
     Reuse one timer across runs of the same candidate (sweeps, bisection).
     """
 
@@ -246,14 +251,22 @@ class StepTimer:
             self._key(p_eq, PREFILL_GRID_PER_OCTAVE),
         )
         row = self.rows.get(key)
-        if row is None:
-            ctx = self._value(key[0], GRID_PER_OCTAVE)
-            pre_v = self._value(key[1], PREFILL_GRID_PER_OCTAVE)
-            p_v = self._value(key[2], PREFILL_GRID_PER_OCTAVE)
-            self.core_calls += 1
-            row = decode_step(self.c, self.decodes, ctx, pre_v, p_v).step_s.tolist()
-            self.rows[key] = row
+        if row is None or n_dec >= len(row):
+            row = self._fill(key, n_dec)
         return row[n_dec]
+
+    def _fill(self, key: tuple[int, int, int], n_dec: int) -> list[float]:
+        """The cell's row of step times for 0..n decodes, n the next power of two above
+        ``n_dec`` (at least ``ROW_MIN_DECODES``, at most ``max_decodes``): a run rarely
+        decodes more than a few hundred sequences, and the core's cost grows with the row."""
+        ctx = self._value(key[0], GRID_PER_OCTAVE)
+        pre_v = self._value(key[1], PREFILL_GRID_PER_OCTAVE)
+        p_v = self._value(key[2], PREFILL_GRID_PER_OCTAVE)
+        length = min(max(ROW_MIN_DECODES, 1 << n_dec.bit_length()), len(self.decodes))
+        self.core_calls += 1
+        row = decode_step(self.c, self.decodes[:length], ctx, pre_v, p_v).step_s.tolist()
+        self.rows[key] = row
+        return row
 
 
 def engine_for(
@@ -662,6 +675,8 @@ class _Sim:
         timer = self.timer
         while True:
             self._pull_arrivals()
+            if self.n_dec and not self.waiting and not self.prefilling and self._decode_run():
+                continue  # time moved on: pull what arrived meanwhile
             if not self.running and not self.waiting:
                 if self.pending:
                     self.now = max(self.now, self.pending[0][0])
@@ -736,6 +751,52 @@ class _Sim:
                 s, now, len(self.waiting), len(self.running),
                 1.0 - self.free_blocks / self.eng.kv_blocks,
             )  # fmt: skip
+
+    def _decode_run(self) -> bool:
+        """Run decode-only steps while nothing else can happen; True if any step ran.
+
+        With no prompt waiting or prefilling, a step only decodes: the scheduler has nothing
+        to admit, so until the next request enters (its arrival + front end), the next
+        decode finishes (the heap's first step) or the pool runs short of blocks, each
+        step is its step time and the blocks its decodes open. This loop does exactly those
+        steps with the same step-time calls, in the same order, as the general loop would
+        (so every number is identical), without its per-step scheduling (most steps of a
+        run are such steps)."""
+        heap, phase, block, series = self.heap, self.phase, self.block, self.series
+        finish = heap[0][0] if heap else math.inf
+        enter = self._next_entry_s()
+        step_s = self.timer.step_s
+        n_dec, a_sum, running = self.n_dec, self.a_sum, len(self.running)
+        kv_blocks = self.eng.kv_blocks
+        s, now, free, longest = self.step, self.now, self.free_blocks, self.longest_step_s
+        start = s
+        while s + 1 < finish and now < enter:
+            need = phase[(-s) % block]  # the blocks step s + 1 opens: (1 - (s + 1)) mod block
+            if need > free:
+                break  # short of blocks: the general loop preempts
+            s += 1
+            free -= need
+            dt = step_s(n_dec, (a_sum + n_dec * s) / n_dec, 0, 0.0)
+            if dt > longest:
+                longest = dt
+            now += dt
+            if s % series.every == 0:
+                series.add(s, now, 0, running, 1.0 - free / kv_blocks)
+        self.step, self.now, self.free_blocks, self.longest_step_s = s, now, free, longest
+        return s > start
+
+    def _next_entry_s(self) -> float:
+        """When the next request reaches the scheduler (inf: none left to arrive)."""
+        t = self.pending[0][0] if self.pending else math.inf
+        if self.next_arrival is not None:
+            t = min(t, self.next_arrival[0] + self.frontend_s)
+        elif self.arrivals is not None:
+            self.next_arrival = next(self.arrivals, None)
+            if self.next_arrival is None:
+                self.arrivals = None
+            else:
+                t = min(t, self.next_arrival[0] + self.frontend_s)
+        return t
 
     def _finish(self, r: list, held_tokens: int) -> None:
         rid = r[_ID]

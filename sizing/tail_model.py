@@ -200,9 +200,7 @@ class TailModel:
     # ------------------------------------------------------------------ building blocks
     def _mean(self, n_rank: np.ndarray):
         """Mean-value step times at ``n_rank`` sequences per DP rank."""
-        return closed_loop(
-            self.c, self.fit, self.isl, self.osl, n_rank * self.c.dp, envelope=False
-        )
+        return closed_loop(self.c, self.fit, self.isl, self.osl, n_rank * self.c.dp, envelope=False)
 
     def _at(self, n_rank: np.ndarray, quantiles: tuple[float, ...]):
         """Rate, tails and prefill load with N = ``n_rank`` in flight per rank."""

@@ -93,7 +93,13 @@ class RunLengthStepTimer(StepTimer):
 
     def step_s(self, n_dec: int, ctx_mean: float, pre: float, p_eq: float) -> float:
         last = self._last
-        if last is not None and pre == last[0] and p_eq == last[1] and last[2] < ctx_mean < last[3]:
+        if (
+            last is not None
+            and pre == last[0]
+            and p_eq == last[1]
+            and last[2] < ctx_mean < last[3]
+            and n_dec < len(last[4])
+        ):
             return last[4][n_dec]
         value = super().step_s(n_dec, ctx_mean, pre, p_eq)
         key = (
