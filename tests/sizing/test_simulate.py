@@ -15,6 +15,7 @@ from sizing.simulate import (
     StepTimer,
     Workload,
     engine_for,
+    lengths_from_mean_p95,
     lognormal_sigma,
     max_rate_for_slo,
     rate_sweep,
@@ -236,3 +237,36 @@ def test_mean_value_ttft_of_one_multi_chunk_prompt_matches_the_simulator(isl):
     # then they agree within 1 % (the last chunk holds only the prompt's remainder; the
     # simulator's step-time grid rounds by up to ~1 %); it was +79 % at 9,000 tokens
     assert mean_value == pytest.approx(simulated, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        dict(rate_rps=2.0, shared_prefix_tokens=512, prefix_hit_rate=0.5),
+        dict(rate_rps=12.0),
+        dict(concurrency=64),
+    ],
+)
+def test_the_decode_only_fast_loop_changes_no_number(monkeypatch, workload):
+    # given one replica of Llama 3.1 70B fp8 TP2 on H100 with variable lengths
+    c = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=2)
+    w = Workload(
+        lengths_from_mean_p95(1000, 3000),
+        lengths_from_mean_p95(300, 800),
+        requests=300,
+        warmup_requests=30,
+        seed=11,
+        **workload,
+    )
+    # when it is simulated with the fast loop and again with every step through the general one
+    fast = simulate(c, w)
+    monkeypatch.setattr("sizing.simulate._Sim._decode_run", lambda self: False)
+    general = simulate(c, w)
+    # then every per-request time, the step count and the series are identical
+    for name in ("ttft_s", "tpot_s", "e2e_s", "series_t_s", "queue_len", "kv_used_fraction"):
+        assert np.array_equal(getattr(fast, name), getattr(general, name), equal_nan=True), name
+    assert (fast.steps, fast.preemptions, fast.longest_step_s) == (
+        general.steps,
+        general.preemptions,
+        general.longest_step_s,
+    )
