@@ -120,7 +120,6 @@ ENGINE_FAMILIES = ("vllm", "sglang", "trtllm", "other")
 
 # Names in the shipped files that the catalog deliberately does not hold (yet).
 UNCATALOGUED_GPUS = {
-    "GB300": "Blackwell Ultra NVL72 part; no spec row in gpus.csv",
     "Gaudi 3": "Intel accelerator; the catalog holds NVIDIA and AMD GPUs only",
 }
 UNCATALOGUED_MODELS = {
