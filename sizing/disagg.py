@@ -1235,3 +1235,8 @@ def breakeven(
         rate_grid=tuple(float(r) for r in rates),
         rate_saving_usd_per_hour=tuple(float(v) for v in by_rate.saving_usd_per_hour),
     )
+
+
+def fitted_wait_scale(engine: str) -> float:
+    """The fitted prefill-queue wait scale for an engine family (1.0 unfitted)."""
+    return 1.0
