@@ -402,10 +402,16 @@ def _predict_disagg(parsed: list, good: list[int], calibration_for) -> dict[int,
     """Disaggregated rows through ``sizing.disagg.predict_disagg`` (one vectorized call)."""
     if not good:
         return {}
-    from sizing.disagg import fitted_wait_scale
+    from fleets.calibration import disagg_fits
+    from sizing.disagg import UNFITTED
 
     rows = [parsed[i] for i in good]
-    profiles = [calibration_for(r) for r in rows]
+    fits = [disagg_fits().get(r.engine, UNFITTED) for r in rows]
+    profiles = []
+    for r, fit in zip(rows, fits, strict=True):
+        base, label = calibration_for(r)
+        suffix = f" + disagg fit ({fit.engine})" if fit is not UNFITTED else ""
+        profiles.append((fit.calibrate(base), label + suffix))
     layouts = [r.disagg for r in rows]
     p = predict_disagg(
         [r.model for r in rows],
@@ -422,7 +428,7 @@ def _predict_disagg(parsed: list, good: list[int], calibration_for) -> dict[int,
         link=np.array([d.link for d in layouts], dtype=object),
         layerwise_overlap=np.array([d.layerwise_overlap for d in layouts]),
         expert_precision=[r.expert_precision or None for r in rows],
-        prefill_wait_scale=np.array([fitted_wait_scale(r.engine) for r in rows]),
+        prefill_wait_scale=np.array([fit.wait_scale for fit in fits]),
     )
     columns = {c: getattr(p, c).tolist() for c in OUTPUT + DISAGG_OUTPUT if c != "profile"}
     columns["profile"] = [label for _, label in profiles]

@@ -1237,6 +1237,168 @@ def breakeven(
     )
 
 
-def fitted_wait_scale(engine: str) -> float:
-    """The fitted prefill-queue wait scale for an engine family (1.0 unfitted)."""
-    return 1.0
+# ============================================================================ calibration
+#: What a disaggregated fit moves, per engine family, on top of the row's aggregated profile:
+#: scales on the decode step's memory efficiency and fixed overhead (TPOT), on the prefill's
+#: compute efficiency and queue wait (TTFT), and the front-end latency (TTFT floor, s).
+DISAGG_CONSTANTS = (
+    "eta_mem_scale",
+    "step_overhead_scale",
+    "eta_flop_prefill_scale",
+    "prefill_wait_scale",
+    "frontend_latency_s",
+)
+DISAGG_PRIOR = {
+    "eta_mem_scale": 1.0,
+    "step_overhead_scale": 1.0,
+    "eta_flop_prefill_scale": 1.0,
+    "prefill_wait_scale": 1.0,
+    "frontend_latency_s": 0.02,
+}
+DISAGG_BOUNDS = {
+    "eta_mem_scale": (0.2, 5.0),
+    "step_overhead_scale": (0.05, 20.0),
+    "eta_flop_prefill_scale": (0.1, 5.0),
+    "prefill_wait_scale": (0.01, 100.0),
+    "frontend_latency_s": (1e-3, 2.0),
+}
+DISAGG_METRICS = ("ttft_ms", "tpot_ms")
+
+
+@dataclass(frozen=True)
+class DisaggPoint:
+    """One measured TTFT or TPOT of a disaggregated deployment, with what predicts it.
+
+    ``calibration`` is the row's aggregated profile (the fit scales it); ``group`` the
+    hold-out unit (a sweep: GPU x engine x precision x lengths)."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    prefill: dict
+    decode: dict
+    weight_precision: str
+    kv_precision: str
+    isl: float
+    osl: float
+    concurrency: float
+    engine: str
+    metric: str
+    value: float
+    calibration: Calibration = Calibration()
+    group: str = ""
+    row_id: str = ""
+
+
+@dataclass(frozen=True)
+class DisaggFit:
+    """Fitted constants of one engine family (``DISAGG_CONSTANTS``) and their evidence."""
+
+    engine: str
+    values: dict
+    points: int = 0
+
+    @property
+    def wait_scale(self) -> float:
+        return float(self.values["prefill_wait_scale"])
+
+    def calibrate(self, base: Calibration) -> Calibration:
+        """The aggregated profile with this fit applied (efficiencies capped at 1)."""
+        import dataclasses
+
+        v = self.values
+        return dataclasses.replace(
+            base,
+            eta_mem=min(base.eta_mem * v["eta_mem_scale"], 1.0),
+            step_overhead_s=base.step_overhead_s * v["step_overhead_scale"],
+            step_overhead_per_layer_s=base.step_overhead_per_layer_s * v["step_overhead_scale"],
+            eta_flop_prefill=min(base.eta_flop_prefill * v["eta_flop_prefill_scale"], 1.0),
+            frontend_latency_s=v["frontend_latency_s"],
+            name=f"{base.name} + disagg fit ({self.engine})",
+        )
+
+
+UNFITTED = DisaggFit("physics", dict(DISAGG_PRIOR))
+
+
+def fits_from_json(payload: dict) -> dict[str, DisaggFit]:
+    """``{engine: DisaggFit}`` from the fixture ``scripts/disagg_report.py`` writes."""
+    out = {}
+    for engine, entry in (payload.get("fits") or {}).items():
+        values = {k: float(entry[k]) for k in DISAGG_CONSTANTS}
+        out[engine] = DisaggFit(engine, values, int(entry.get("points", 0)))
+    return out
+
+
+def predict_points(points: Sequence[DisaggPoint], fits: dict | None = None) -> np.ndarray:
+    """Each point's metric predicted by ``predict_disagg`` under its engine's fit (or the
+    prior); NaN where the deployment does not fit."""
+    if not points:
+        return np.zeros(0)
+    fits = fits or {}
+    chosen = [fits.get(p.engine, UNFITTED) for p in points]
+    cals = [f.calibrate(p.calibration) for f, p in zip(chosen, points, strict=True)]
+
+    def pools(which: str) -> dict:
+        return {k: np.array([getattr(p, which)[k] for p in points]) for k in
+                ("workers", "tp", "pp", "ep", "dp")}  # fmt: skip
+
+    out = predict_disagg(
+        [p.model for p in points],
+        [p.gpu for p in points],
+        pools("prefill"),
+        pools("decode"),
+        [p.weight_precision for p in points],
+        [p.kv_precision or None for p in points],
+        np.array([p.isl for p in points]),
+        np.array([p.osl for p in points]),
+        np.array([p.concurrency for p in points]),
+        engine=[EngineSettings(engine=p.engine) for p in points],
+        calibration=cals,
+        prefill_wait_scale=np.array([f.wait_scale for f in chosen]),
+    )
+    is_ttft = np.array([p.metric == "ttft_ms" for p in points])
+    value = np.where(is_ttft, out.ttft_ms, out.tpot_ms)
+    return np.where(out.fits & (value > 0), value, np.nan)
+
+
+def fit_disagg(points: Sequence[DisaggPoint], engine: str, max_nfev: int = 40) -> DisaggFit:
+    """Least squares on ``w_m * log(predicted / measured)`` (each metric weighs the same) plus
+    a weak prior ``(log theta - log theta0) / (log 4 * sqrt(N))`` per constant, soft-L1 loss,
+    in log theta inside ``DISAGG_BOUNDS`` (the recipe of sizing.calibrate)."""
+    from scipy.optimize import least_squares
+
+    pts = [p for p in points if p.engine == engine]
+    names = DISAGG_CONSTANTS
+    prior = np.log([DISAGG_PRIOR[k] for k in names])
+    lo = np.log([DISAGG_BOUNDS[k][0] for k in names])
+    hi = np.log([DISAGG_BOUNDS[k][1] for k in names])
+    measured = np.array([p.value for p in pts])
+    metric = np.array([p.metric for p in pts])
+    weight = np.array([1.0 / math.sqrt(max(np.sum(metric == m), 1)) for m in metric])
+    sigma = math.log(4.0) * math.sqrt(max(len(pts), 1))
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        fit = DisaggFit(engine, dict(zip(names, np.exp(theta), strict=True)))
+        predicted = predict_points(pts, {engine: fit})
+        r = weight * np.log(np.where(np.isfinite(predicted), predicted, 1e6 * measured) / measured)
+        return np.concatenate([r, (theta - prior) / sigma])
+
+    if not pts:
+        return DisaggFit(engine, dict(DISAGG_PRIOR))
+    result = least_squares(residuals, prior, bounds=(lo, hi), loss="soft_l1", f_scale=0.2,
+                           max_nfev=max_nfev, diff_step=1e-2)  # fmt: skip
+    return DisaggFit(engine, dict(zip(names, np.exp(result.x).tolist(), strict=True)), len(pts))
+
+
+def cross_validate(points: Sequence[DisaggPoint], **options) -> np.ndarray:
+    """Out-of-sample prediction of every point: its group (a whole sweep) held out, each
+    engine family fitted on the rest of its points."""
+    pts = list(points)
+    predicted = np.full(len(pts), np.nan)
+    for group in sorted({p.group for p in pts}):
+        held = [i for i, p in enumerate(pts) if p.group == group]
+        train = [p for p in pts if p.group != group]
+        engines = {pts[i].engine for i in held}
+        fits = {e: fit_disagg(train, e, **options) for e in engines}
+        predicted[held] = predict_points([pts[i] for i in held], fits)
+    return predicted
