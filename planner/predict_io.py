@@ -403,14 +403,14 @@ def _predict_disagg(parsed: list, good: list[int], calibration_for) -> dict[int,
     if not good:
         return {}
     from fleets.calibration import disagg_fits
-    from sizing.disagg import UNFITTED
+    from sizing.disagg import UNFITTED, fit_for
 
     rows = [parsed[i] for i in good]
-    fits = [disagg_fits().get(r.engine, UNFITTED) for r in rows]
+    fits = [fit_for(disagg_fits(), r.engine, r.gpu.name) for r in rows]
     profiles = []
     for r, fit in zip(rows, fits, strict=True):
         base, label = calibration_for(r)
-        suffix = f" + disagg fit ({fit.engine})" if fit is not UNFITTED else ""
+        suffix = " + disagg fit" if fit is not UNFITTED else ""
         profiles.append((fit.calibrate(base), label + suffix))
     layouts = [r.disagg for r in rows]
     p = predict_disagg(

@@ -156,13 +156,13 @@ def main(argv=None) -> str:
     parser.add_argument("--max-nfev", type=int, default=40)
     args = parser.parse_args(argv)
     _setup_django()
-    from sizing.disagg import DISAGG_CONSTANTS, cross_validate, fit_disagg, predict_points
+    from sizing.disagg import DISAGG_CONSTANTS, cross_validate, fit_all, predict_points
 
     started = time.time()
     points, left_out = disagg_points()
     engines = sorted({p.engine for p in points})
     physics = predict_points(points)
-    fits = {e: fit_disagg(points, e, max_nfev=args.max_nfev) for e in engines}
+    fits = fit_all(points, max_nfev=args.max_nfev)
     in_sample = predict_points(points, fits)
     held_out = cross_validate(points, max_nfev=args.max_nfev)
     elapsed = time.time() - started
@@ -216,12 +216,16 @@ def main(argv=None) -> str:
     lines += [
         "",
         "Held out: each sweep (GPU x engine x precision x ISL/OSL) is predicted by constants",
-        "fitted on every other sweep of its engine family; the aggregated profile under it is",
-        "the row's own (fitted on aggregated rows only, never on these).",
+        "fitted on every other sweep (its engine family's, and its GPU x engine's from the",
+        "other sweeps on that GPU); the aggregated profile under it is the row's own (fitted",
+        "on aggregated rows only, never on these).",
         "",
         "## Fitted constants (all points)",
         "",
-        "| engine | points | " + " | ".join(DISAGG_CONSTANTS) + " |",
+        "Per engine family (all its GPUs), and per GPU x engine with at least 6 points (its",
+        "prior is the engine's fit); a GPU without its own falls back to the engine's.",
+        "",
+        "| fit | points | " + " | ".join(DISAGG_CONSTANTS) + " |",
         "| --- | --- | " + " | ".join("---" for _ in DISAGG_CONSTANTS) + " |",
     ]
     for e, fit in fits.items():

@@ -1313,7 +1313,7 @@ class DisaggFit:
             step_overhead_per_layer_s=base.step_overhead_per_layer_s * v["step_overhead_scale"],
             eta_flop_prefill=min(base.eta_flop_prefill * v["eta_flop_prefill_scale"], 1.0),
             frontend_latency_s=v["frontend_latency_s"],
-            name=f"{base.name} + disagg fit ({self.engine})",
+            name=f"{base.name} + disagg fit",
         )
 
 
@@ -1329,13 +1329,26 @@ def fits_from_json(payload: dict) -> dict[str, DisaggFit]:
     return out
 
 
+MIN_GPU_FIT_POINTS = 6  # below this many points a GPU x engine key falls back to the engine's
+
+
+def fit_key(engine: str, gpu_name: str = "") -> str:
+    """Key of a fit: ``engine`` (all GPUs) or ``engine/GPU name``."""
+    return f"{engine}/{gpu_name}" if gpu_name else engine
+
+
+def fit_for(fits: dict, engine: str, gpu_name: str) -> DisaggFit:
+    """The GPU x engine fit, else the engine's, else the prior (``UNFITTED``)."""
+    return fits.get(fit_key(engine, gpu_name)) or fits.get(engine) or UNFITTED
+
+
 def predict_points(points: Sequence[DisaggPoint], fits: dict | None = None) -> np.ndarray:
     """Each point's metric predicted by ``predict_disagg`` under its engine's fit (or the
     prior); NaN where the deployment does not fit."""
     if not points:
         return np.zeros(0)
     fits = fits or {}
-    chosen = [fits.get(p.engine, UNFITTED) for p in points]
+    chosen = [fit_for(fits, p.engine, p.gpu.name) for p in points]
     cals = [f.calibrate(p.calibration) for f, p in zip(chosen, points, strict=True)]
 
     def pools(which: str) -> dict:
@@ -1361,7 +1374,27 @@ def predict_points(points: Sequence[DisaggPoint], fits: dict | None = None) -> n
     return np.where(out.fits & (value > 0), value, np.nan)
 
 
-def fit_disagg(points: Sequence[DisaggPoint], engine: str, max_nfev: int = 40) -> DisaggFit:
+def fit_all(points: Sequence[DisaggPoint], **options) -> dict[str, DisaggFit]:
+    """One fit per engine family (all its GPUs), and one per GPU x engine with at least
+    ``MIN_GPU_FIT_POINTS`` points, whose prior is the engine's fit."""
+    pts = list(points)
+    fits: dict[str, DisaggFit] = {}
+    for engine in sorted({p.engine for p in pts}):
+        base = fit_disagg(pts, engine, **options)
+        fits[engine] = base
+        for gpu in sorted({p.gpu.name for p in pts if p.engine == engine}):
+            mine = [p for p in pts if p.engine == engine and p.gpu.name == gpu]
+            if len(mine) >= MIN_GPU_FIT_POINTS:
+                fits[fit_key(engine, gpu)] = fit_disagg(mine, engine, prior=base, **options)
+    return fits
+
+
+def fit_disagg(
+    points: Sequence[DisaggPoint],
+    engine: str,
+    max_nfev: int = 40,
+    prior: DisaggFit | None = None,
+) -> DisaggFit:
     """Least squares on ``w_m * log(predicted / measured)`` (each metric weighs the same) plus
     a weak prior ``(log theta - log theta0) / (log 4 * sqrt(N))`` per constant, soft-L1 loss,
     in log theta inside ``DISAGG_BOUNDS`` (the recipe of sizing.calibrate)."""
@@ -1369,7 +1402,8 @@ def fit_disagg(points: Sequence[DisaggPoint], engine: str, max_nfev: int = 40) -
 
     pts = [p for p in points if p.engine == engine]
     names = DISAGG_CONSTANTS
-    prior = np.log([DISAGG_PRIOR[k] for k in names])
+    start = prior.values if prior is not None else DISAGG_PRIOR
+    prior = np.log([start[k] for k in names])
     lo = np.log([DISAGG_BOUNDS[k][0] for k in names])
     hi = np.log([DISAGG_BOUNDS[k][1] for k in names])
     measured = np.array([p.value for p in pts])
@@ -1391,14 +1425,19 @@ def fit_disagg(points: Sequence[DisaggPoint], engine: str, max_nfev: int = 40) -
 
 
 def cross_validate(points: Sequence[DisaggPoint], **options) -> np.ndarray:
-    """Out-of-sample prediction of every point: its group (a whole sweep) held out, each
-    engine family fitted on the rest of its points."""
+    """Out-of-sample prediction of every point: its group (a whole sweep) held out, its
+    engine family and its GPU x engine (``fit_all``) fitted on the rest."""
     pts = list(points)
     predicted = np.full(len(pts), np.nan)
     for group in sorted({p.group for p in pts}):
         held = [i for i, p in enumerate(pts) if p.group == group]
         train = [p for p in pts if p.group != group]
-        engines = {pts[i].engine for i in held}
-        fits = {e: fit_disagg(train, e, **options) for e in engines}
+        fits: dict[str, DisaggFit] = {}
+        for engine, gpu in {(pts[i].engine, pts[i].gpu.name) for i in held}:
+            fits[engine] = fits.get(engine) or fit_disagg(train, engine, **options)
+            mine = [p for p in train if p.engine == engine and p.gpu.name == gpu]
+            if len(mine) >= MIN_GPU_FIT_POINTS:
+                fits[fit_key(engine, gpu)] = fit_disagg(mine, engine, prior=fits[engine],
+                                                        **options)  # fmt: skip
         predicted[held] = predict_points([pts[i] for i in held], fits)
     return predicted

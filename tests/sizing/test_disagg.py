@@ -222,3 +222,30 @@ def test_breakeven_prompt_ratio_rate_and_link_bandwidth():
                       usd_per_gpu_hour=2.5, link_bytes_s=0.5 * b.min_link_gb_s * 1e9)  # fmt: skip
     assert not slow.saving_usd_per_hour[0] >= 0
     assert all(s.name.startswith("breakeven_") for s in b.steps())
+
+
+# ---------------------------------------------------------------- calibration
+def test_a_fit_scales_the_aggregated_profile_and_falls_back_by_key():
+    from sizing.disagg import UNFITTED, DisaggFit, fit_for, fits_from_json
+    from sizing.specs import Calibration
+
+    payload = {
+        "fits": {
+            "trtllm": {"points": 10, "eta_mem_scale": 0.5, "step_overhead_scale": 2.0,
+                       "eta_flop_prefill_scale": 4.0, "prefill_wait_scale": 3.0,
+                       "frontend_latency_s": 0.1},
+            "trtllm/GB200": {"points": 6, "eta_mem_scale": 1.5, "step_overhead_scale": 1.0,
+                             "eta_flop_prefill_scale": 1.0, "prefill_wait_scale": 1.0,
+                             "frontend_latency_s": 0.2},
+        }
+    }  # fmt: skip
+    fits = fits_from_json(payload)
+    assert fit_for(fits, "trtllm", "GB200") is fits["trtllm/GB200"]
+    assert fit_for(fits, "trtllm", "B200") is fits["trtllm"]
+    assert fit_for(fits, "vllm", "B200") is UNFITTED
+    base = Calibration(eta_mem=0.8, eta_flop_prefill=0.4, step_overhead_s=0.004)
+    cal = fits["trtllm"].calibrate(base)
+    # 0.8 x 0.5, 0.004 x 2, min(0.4 x 4, 1): efficiencies stay physical
+    assert (cal.eta_mem, cal.step_overhead_s, cal.eta_flop_prefill) == (0.4, 0.008, 1.0)
+    assert cal.frontend_latency_s == 0.1 and fits["trtllm"].wait_scale == 3.0
+    assert isinstance(fits["trtllm"], DisaggFit) and fits["trtllm"].points == 10
