@@ -150,6 +150,69 @@ def _cell(entry: dict | None) -> str:
     return f"{entry['median_ape_pct']:.1f} (n={entry['n']}{miss})"
 
 
+EXAMPLE = {
+    "model": "Llama-3.1-70B",
+    "gpu": "H100 SXM",
+    "usd_per_gpu_hour": 2.50,
+    "layout": {"tp": 4, "pp": 1, "ep": 1, "dp": 1},
+    "isl": 4096,
+    "osl": 256,
+    "rate_rps": 20.0,
+    "ttft_slo_s": 1.0,
+    "tpot_slo_s": 0.030,
+}
+
+
+def worked_example() -> list[str]:
+    """The break-even of one deployment choice, computed by ``sizing.disagg.breakeven``."""
+    from fleets.calibration import CatalogSpecs
+    from sizing.disagg import breakeven, size_pools
+
+    e = EXAMPLE
+    specs = CatalogSpecs()
+    _, model = specs.model(e["model"])
+    _, gpu = specs.gpu(e["gpu"])
+    lay = e["layout"]
+    args = (model, gpu, lay, lay, lay, "bf16", None)
+    slo = (e["ttft_slo_s"], e["tpot_slo_s"])
+    price = {"usd_per_gpu_hour": e["usd_per_gpu_hour"]}
+    sized = size_pools(*args, e["isl"], e["osl"], e["rate_rps"], *slo, **price)
+    bev = breakeven(*args, e["isl"], e["osl"], e["rate_rps"], *slo, **price)
+    i = 0
+    ratios = ", ".join(f"{r:g}: {v:+.0f}" for r, v in
+                       zip(bev.ratio_grid, bev.ratio_saving_usd_per_hour, strict=True))  # fmt: skip
+    rates = ", ".join(f"{r:g}: {v:+.0f}" for r, v in
+                      zip(bev.rate_grid, bev.rate_saving_usd_per_hour, strict=True))  # fmt: skip
+    return [
+        "## Worked break-even (physics-default constants, reproducible by hand)",
+        "",
+        f"{model.name} bf16 on {gpu.name} at ${e['usd_per_gpu_hour']:.2f}/GPU-hour, TP4 workers "
+        f"in both pools and TP4 aggregated replicas; {e['rate_rps']:g} req/s of "
+        f"{e['isl']:,} / {e['osl']} tokens; SLOs TTFT {e['ttft_slo_s'] * 1e3:.0f} ms, TPOT "
+        f"{e['tpot_slo_s'] * 1e3:.0f} ms (means); target utilization 1.",
+        "",
+        f"- KV per request {sized.transfer.request_kv_bytes[i] / 1e9:.3f} GB; "
+        f"{sized.transfer.wire_bytes_per_gpu[i] / 1e6:.1f} MB per GPU over "
+        f"{sized.transfer.link[i]} -> {sized.kv_transfer_ms[i]:.2f} ms.",
+        f"- Decode: batch {sized.decode_batch_per_rank[i]:.0f} per worker at TPOT "
+        f"{sized.decode_tpot_s[i] * 1e3:.1f} ms, {sized.decode_rps_per_rank[i]:.2f} req/s per "
+        f"worker -> {sized.decode_workers[i]:.0f} decode workers.",
+        f"- Prefill: TTFT budget {sized.ttft_budget_steps[i]:.1f} full steps of waiting -> "
+        f"load <= {sized.prefill_rho_max[i]:.2f} -> {sized.prefill_workers[i]:.0f} prefill "
+        f"workers; P:D = {sized.prefill_gpus[i]:.0f}:{sized.decode_gpus[i]:.0f} GPUs.",
+        f"- Disaggregated {sized.disagg_gpus[i]:.0f} GPUs (${sized.disagg_usd_per_hour[i]:.0f}/h) "
+        f"vs aggregated {sized.agg_replicas[i]:.0f} replicas = {sized.agg_gpus[i]:.0f} GPUs "
+        f"(${sized.agg_usd_per_hour[i]:.0f}/h, {sized.agg_rps_per_replica[i]:.2f} req/s per "
+        f"replica at the SLOs): saving ${sized.saving_usd_per_hour[i]:.0f}/h.",
+        f"- Saving ($/h) by prompt/output ratio (osl {e['osl']}): {ratios} -> pays from "
+        f"isl/osl = {bev.prompt_ratio:g}.",
+        f"- Saving ($/h) by rate (req/s): {rates} -> pays from {bev.rate_rps:g} req/s.",
+        f"- Transfer bandwidth below which it never pays here: {bev.min_link_gb_s:.2f} GB/s "
+        "per GPU one way (the transfer eats the TTFT budget).",
+        "",
+    ]
+
+
 def main(argv=None) -> str:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--write-fixture", action="store_true")
@@ -245,7 +308,7 @@ def main(argv=None) -> str:
             f"{_cell(sweeps_in.get(('tpot_ms', group)))} | "
             f"{_cell(sweeps_in.get(('ttft_ms', group)))} |"
         )
-    lines += ["", f"Run time: {elapsed:.0f} s.", ""]
+    lines += ["", *worked_example(), f"Run time: {elapsed:.0f} s.", ""]
     text = "\n".join(lines)
     DOC.write_text(text)
     if args.write_fixture:

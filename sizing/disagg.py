@@ -1116,7 +1116,7 @@ def size_pools(
 class BreakEven:
     """Where disaggregation starts to pay, for one deployment choice (GPU x model x layouts).
 
-    ``prompt_ratio``: the smallest isl/osl on the grid from which disaggregation stays no dearer
+    ``prompt_ratio``: the smallest isl/osl on the grid from which disaggregation stays cheaper
     (inf: never on the grid); ``rate_rps`` the same over request rates; ``min_link_gb_s``
     the transfer bandwidth per GPU (one way, GB/s) below which it never pays at the given
     lengths and rate (inf: it does not pay even with an infinitely fast link).
@@ -1134,7 +1134,7 @@ class BreakEven:
         return [
             step(
                 "breakeven_prompt_ratio",
-                "smallest isl / osl on the grid from which saving_usd_per_hour >= 0",
+                "smallest isl / osl on the grid from which saving_usd_per_hour > 0",
                 [
                     q(f"saving at isl/osl={r:g}", v, "USD/hour")
                     for r, v in zip(self.ratio_grid, self.ratio_saving_usd_per_hour, strict=True)
@@ -1145,7 +1145,7 @@ class BreakEven:
             ),  # fmt: skip
             step(
                 "breakeven_rate_rps",
-                "smallest rate on the grid from which saving_usd_per_hour >= 0",
+                "smallest rate on the grid from which saving_usd_per_hour > 0",
                 [
                     q(f"saving at {r:g} req/s", v, "USD/hour")
                     for r, v in zip(self.rate_grid, self.rate_saving_usd_per_hour, strict=True)
@@ -1156,7 +1156,7 @@ class BreakEven:
             ),  # fmt: skip
             step(
                 "breakeven_link_gb_s",
-                "smallest one-way link GB/s per GPU with saving_usd_per_hour >= 0 (bisection)",
+                "smallest one-way link GB/s per GPU with saving_usd_per_hour > 0 (bisection)",
                 [],
                 self.min_link_gb_s,
                 "GB/s",
@@ -1167,8 +1167,8 @@ class BreakEven:
 
 
 def _stays_from(grid: Sequence[float], saving: np.ndarray) -> float:
-    """Smallest grid value from which every saving is >= 0 (inf if the last is < 0)."""
-    good = np.nan_to_num(saving, nan=-np.inf) >= 0
+    """Smallest grid value from which every saving is > 0 (inf if the last is not)."""
+    good = np.nan_to_num(saving, nan=-np.inf) > 0
     if not good[-1]:
         return math.inf
     k = len(good) - 1
@@ -1217,14 +1217,14 @@ def breakeven(
         return float(one.saving_usd_per_hour[0])
 
     lo, hi = 0.1, 1e4
-    if not saving_at(hi) >= 0:
+    if not saving_at(hi) > 0:
         min_link = math.inf
-    elif saving_at(lo) >= 0:
+    elif saving_at(lo) > 0:
         min_link = lo
     else:
         for _ in range(30):
             mid = math.sqrt(lo * hi)
-            lo, hi = (lo, mid) if saving_at(mid) >= 0 else (mid, hi)
+            lo, hi = (lo, mid) if saving_at(mid) > 0 else (mid, hi)
         min_link = hi
     return BreakEven(
         prompt_ratio=_stays_from(ratios, by_ratio.saving_usd_per_hour),
