@@ -1441,3 +1441,92 @@ def cross_validate(points: Sequence[DisaggPoint], **options) -> np.ndarray:
                                                         **options)  # fmt: skip
         predicted[held] = predict_points([pts[i] for i in held], fits)
     return predicted
+
+
+# ============================================================================ plan summary
+#: TP degrees a pool worker is tried at when a plan compares disaggregation (within the
+#: GPU's scale-up domain and dividing the heads; MoE experts spread over the worker).
+POOL_TP_OPTIONS = (1, 2, 4, 8)
+
+
+def compare_with_aggregated(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    weight_precision: str,
+    kv_precision: str | None,
+    aggregated: dict,
+    isl: float,
+    osl: float,
+    rate_rps: float,
+    ttft_slo_s: float,
+    tpot_slo_s: float,
+    engine: EngineSettings | None = None,
+    calibration: Calibration | None = None,
+    target_utilization: float = 1.0,
+    ratio_grid: Sequence[float] = (0.25, 1, 4, 16),
+) -> dict:
+    """Whether disaggregating one aggregated choice pays under the SLOs, for a plan summary.
+
+    Tries every prefill TP x decode TP in ``POOL_TP_OPTIONS`` (EP = TP for MoE), sizes each
+    with ``size_pools`` against the aggregated layout ``aggregated`` (tp, pp, ep, dp) and keeps
+    the cheapest meeting the SLOs; then sweeps the prompt/output ratio for that layout.
+    Returns a JSON-ready dict (costs in USD per hour at the GPU's price) with its steps.
+    """
+    tps = [t for t in POOL_TP_OPTIONS if t <= gpu.scale_up_domain_gpus
+           and model.num_attention_heads % t == 0]  # fmt: skip
+    pairs = [(p, d) for p in tps for d in tps]
+    if not pairs:
+        return {"cheaper": False, "reason": "no TP divides the attention heads"}
+
+    def layout(tp: int) -> dict:
+        ep = tp if model.num_experts and model.num_experts % tp == 0 else 1
+        return {"tp": tp, "pp": 1, "ep": ep, "dp": 1}
+
+    n = len(pairs)
+    pools = {
+        which: {k: np.array([layout(pair[j])[k] for pair in pairs]) for k in ("tp", "pp", "ep", "dp")}
+        for j, which in enumerate(("prefill", "decode"))
+    }  # fmt: skip
+    agg = {k: np.full(n, aggregated[k]) for k in ("tp", "pp", "ep", "dp")}
+    options = dict(engine=engine, calibration=calibration, target_utilization=target_utilization)
+    sized = size_pools([model] * n, [gpu] * n, pools["prefill"], pools["decode"], agg,
+                       weight_precision, kv_precision, isl, osl, rate_rps, ttft_slo_s,
+                       tpot_slo_s, **options)  # fmt: skip
+    cost = np.where(sized.meets_slo, sized.disagg_usd_per_hour, np.inf)
+    best = int(np.argmin(cost))
+    agg_usd = float(sized.agg_usd_per_hour[best])
+    if not np.isfinite(cost[best]):
+        return {"cheaper": False, "reason": "no disaggregated layout meets the SLOs",
+                "agg_usd_per_hour": agg_usd}  # fmt: skip
+    p_tp, d_tp = pairs[best]
+    one = {k: np.array([v[best]]) for k, v in pools["prefill"].items()}
+    two = {k: np.array([v[best]]) for k, v in pools["decode"].items()}
+    agg_one = {k: np.array([v]) for k, v in aggregated.items() if k in ("tp", "pp", "ep", "dp")}
+    ratios = np.asarray(ratio_grid, dtype=np.float64)
+    k = len(ratios)
+    sweep = size_pools([model] * k, [gpu] * k, {a: np.repeat(b, k) for a, b in one.items()},
+                       {a: np.repeat(b, k) for a, b in two.items()},
+                       {a: np.repeat(b, k) for a, b in agg_one.items()}, weight_precision,
+                       kv_precision, ratios * osl, osl, rate_rps, ttft_slo_s, tpot_slo_s,
+                       **options)  # fmt: skip
+    saving = float(sized.saving_usd_per_hour[best])
+    ratio = _stays_from(ratios, sweep.saving_usd_per_hour)
+    return {
+        "cheaper": bool(saving > 0),
+        "saving_usd_per_hour": saving,
+        "disagg_usd_per_hour": float(sized.disagg_usd_per_hour[best]),
+        "agg_usd_per_hour": agg_usd,
+        "prefill": {"workers": int(sized.prefill_workers[best]), **layout(p_tp)},
+        "decode": {"workers": int(sized.decode_workers[best]), **layout(d_tp)},
+        "prefill_gpus": int(sized.prefill_gpus[best]),
+        "decode_gpus": int(sized.decode_gpus[best]),
+        "pd_ratio": float(sized.pd_ratio[best]),
+        "kv_transfer_ms": float(sized.kv_transfer_ms[best]),
+        "link": str(sized.transfer.link[best]),
+        "breakeven_prompt_ratio": ratio if math.isfinite(ratio) else None,
+        "ratio_grid": [float(r) for r in ratios],
+        "ratio_saving_usd_per_hour": [
+            float(v) if math.isfinite(v) else None for v in sweep.saving_usd_per_hour
+        ],
+        "steps": [s.as_dict() for s in sized.steps(best)],
+    }
