@@ -1483,10 +1483,11 @@ def compare_with_aggregated(
         return {"tp": tp, "pp": 1, "ep": ep, "dp": 1}
 
     n = len(pairs)
+    fields = ("tp", "pp", "ep", "dp")
     pools = {
-        which: {k: np.array([layout(pair[j])[k] for pair in pairs]) for k in ("tp", "pp", "ep", "dp")}
+        which: {k: np.array([layout(pair[j])[k] for pair in pairs]) for k in fields}
         for j, which in enumerate(("prefill", "decode"))
-    }  # fmt: skip
+    }
     agg = {k: np.full(n, aggregated[k]) for k in ("tp", "pp", "ep", "dp")}
     options = dict(engine=engine, calibration=calibration, target_utilization=target_utilization)
     sized = size_pools([model] * n, [gpu] * n, pools["prefill"], pools["decode"], agg,

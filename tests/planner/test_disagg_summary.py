@@ -43,5 +43,5 @@ def test_each_answered_cell_compares_disaggregation_with_its_aggregated_layout(c
     )  # fmt: skip
     assert d["saving_usd_per_month"] == pytest.approx(core["saving_usd_per_hour"] * HOURS_PER_MONTH)
     assert d["kv_transfer_ms"] == core["kv_transfer_ms"]
-    assert {s["name"] for s in d["steps"]} >= {"kv_transfer_ms", "decode_workers",
-                                                "prefill_workers", "saving_usd_per_hour"}  # fmt: skip
+    names = {s["name"] for s in d["steps"]}
+    assert names >= {"kv_transfer_ms", "decode_workers", "prefill_workers", "saving_usd_per_hour"}
