@@ -45,3 +45,17 @@ def test_each_answered_cell_compares_disaggregation_with_its_aggregated_layout(c
     assert d["kv_transfer_ms"] == core["kv_transfer_ms"]
     names = {s["name"] for s in d["steps"]}
     assert names >= {"kv_transfer_ms", "decode_workers", "prefill_workers", "saving_usd_per_hour"}
+
+
+def test_the_run_page_shows_the_pools_in_each_cell(client, catalog):
+    from tests.factories import UserFactory
+
+    owner = UserFactory(username="pools")
+    run = sizing_run_start(scenario=make_scenario(owner, **SMALL, prompt_tokens_mean=4000,
+                                                  prompt_tokens_p95=6000))  # fmt: skip
+    client.force_login(owner)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    [cell] = run.summary["per_model"][0]["per_gpu"]
+    d = cell["disaggregation"]
+    label = f"Disaggregated {d['prefill']['workers']}P×TP{d['prefill']['tp']}"
+    assert label in page and f"({d['prefill_gpus']}:{d['decode_gpus']} GPUs)" in page
