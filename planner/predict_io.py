@@ -366,8 +366,9 @@ def predict_csv(
     results = _predict(parsed, good, calibration_for)
     if simulate:
         for i in good:
-            if results[i]["fits"] and parsed[i].disagg is None:
-                results[i].update(simulate_row(parsed[i], results[i], calibration_for))
+            if results[i]["fits"]:
+                simulate_one = simulate_row if parsed[i].disagg is None else simulate_disagg_row
+                results[i].update(simulate_one(parsed[i], results[i], calibration_for))
     writer = csv.writer(sink, lineterminator="\n")
     outputs = OUTPUT + (("engine_binding",) if set(ENGINE_COLUMNS) & set(header) else ())
     if "mode" in header:
@@ -467,6 +468,46 @@ def _predict_agg(parsed: list, good: list[int], calibration_for) -> dict[int, di
         for k, i in enumerate(good):
             out[i]["engine_binding"] = texts[k]
     return out
+
+
+def simulate_disagg_row(row: ParsedRow, predicted: dict, calibration_for) -> dict:
+    """The two-pool simulation (``sizing.disagg_sim``) of one fitting disaggregated row at
+    its concurrency (blank: the decode pool's sequences), fixed lengths, ``max(10 C, 300)``
+    requests of which the first ``2 C`` are warm-up; medians, as predict's."""
+    from fleets.calibration import disagg_fits
+    from sizing.candidates import CandidateArrays
+    from sizing.disagg import fit_for
+    from sizing.disagg_sim import simulate_disagg
+    from sizing.simulate import LengthDist
+
+    d, engine = row.disagg, row.engine_settings()
+    fit = fit_for(disagg_fits(), row.engine, row.gpu.name)
+    calibration = fit.calibrate(calibration_for(row)[0])
+
+    def worker(pool):
+        return CandidateArrays.build(row.model, row.gpu, row.weight_precision,
+                                     row.kv_precision or None, pool.tp, pool.pp, pool.ep,
+                                     pool.dp, engine, calibration,
+                                     expert_precision=row.expert_precision or None)  # fmt: skip
+
+    conc = row.concurrency
+    if not math.isfinite(conc):
+        conc = predicted["max_concurrency"]
+    conc = int(max(conc, 1))
+    try:
+        result = simulate_disagg(worker(d.prefill), worker(d.decode), d.prefill.workers,
+                                 d.decode.workers, LengthDist(row.isl), LengthDist(row.osl),
+                                 requests=max(10 * conc, 300), concurrency=conc,
+                                 warmup_requests=2 * conc, link=d.link,
+                                 layerwise_overlap=d.layerwise_overlap)  # fmt: skip
+    except ValueError as exc:
+        return {"fits": False, "reason": f"simulation: {exc}"}
+    return {
+        "total_output_tok_s": result.output_tokens_per_s,
+        "output_tok_s_per_gpu": result.output_tok_s_per_gpu,
+        "ttft_ms": result.percentiles_ms("ttft")["p50"],
+        "tpot_ms": result.percentiles_ms("tpot")["p50"],
+    }
 
 
 def simulate_row(row: ParsedRow, predicted: dict, calibration_for) -> dict:

@@ -92,3 +92,18 @@ def test_gb300_nvl72_transfer_stays_on_nvlink(catalog, tmp_path):
     assert row["fits"] == "true", row["reason"]
     assert (row["prefill_gpus"], row["decode_gpus"]) == ("16", "16")
     assert float(row["kv_transfer_ms"]) < 0.5
+
+
+def test_simulate_runs_the_two_pools(catalog, tmp_path):
+    source = tmp_path / "in.csv"
+    source.write_text(
+        HEADER + "Llama-3.1-70B,H100,,,,,bf16,,4096,512,8,vllm,disagg,2,4,1,1,1,1,4,1,1,1\n"
+    )
+    out, sim = tmp_path / "out.csv", tmp_path / "sim.csv"
+    call_command("predict", str(source), "-o", str(out), stderr=io.StringIO())
+    call_command("predict", str(source), "-o", str(sim), "--simulate", stderr=io.StringIO())
+    (analytic,), (simulated,) = csv.DictReader(out.open()), csv.DictReader(sim.open())
+    assert simulated["fits"] == "true", simulated["reason"]
+    # decode-only steps at the same batch: the TPOT medians agree closely
+    assert float(simulated["tpot_ms"]) == pytest.approx(float(analytic["tpot_ms"]), rel=0.1)
+    assert simulated["kv_transfer_ms"] == analytic["kv_transfer_ms"]
