@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sizing.candidates import CandidateArrays
 from sizing.derivation import evaluate
@@ -250,3 +252,38 @@ def test_a_fit_scales_the_aggregated_profile_and_falls_back_by_key():
     assert (cal.eta_mem, cal.step_overhead_s, cal.eta_flop_prefill) == (0.4, 0.008, 1.0)
     assert cal.frontend_latency_s == 0.1 and fits["trtllm"].wait_scale == 3.0
     assert isinstance(fits["trtllm"], DisaggFit) and fits["trtllm"].points == 10
+
+
+# ---------------------------------------------------------------- laws and the plan summary
+@settings(max_examples=15, deadline=None)
+@given(
+    workers=st.integers(1, 4),
+    concurrency=st.sampled_from([1, 3, 16, 100, 700]),
+    isl=st.sampled_from([256, 2000, 9000]),
+    decode_tp=st.sampled_from([4, 8]),
+)
+def test_law_littles_law_and_more_prefill_workers_never_hurt(workers, concurrency, isl, decode_tp):
+    decode = dict(TP8, tp=decode_tp)
+    a = predict_disagg(LLAMA_70B, H100, dict(TP4, workers=workers), decode, "bf16", None, isl,
+                       256, concurrency)  # fmt: skip
+    b = predict_disagg(LLAMA_70B, H100, dict(TP4, workers=workers + 1), decode, "bf16", None,
+                       isl, 256, concurrency)  # fmt: skip
+    for p in (a, b):
+        residence = (p.ttft_ms[0] + 256 * p.tpot_ms[0]) / 1e3
+        assert p.requests_per_s[0] * residence == pytest.approx(concurrency, rel=1e-3)
+    assert b.requests_per_s[0] >= a.requests_per_s[0] * (1 - 1e-6)
+    assert b.ttft_ms[0] <= a.ttft_ms[0] * (1 + 1e-6)
+
+
+def test_plan_summary_picks_the_cheapest_layout_meeting_the_slos():
+    from sizing.disagg import compare_with_aggregated
+
+    d = compare_with_aggregated(LLAMA_70B, H100, "bf16", None, dict(tp=4, pp=1, ep=1, dp=1),
+                                4096, 256, 20.0, 1.0, 0.030)  # fmt: skip
+    # the worked example's layout (TP4 pools) is found among the 4 x 4 TP pairs: 10P + 2D
+    assert (d["prefill"]["workers"], d["decode"]["workers"]) == (10, 2)
+    assert d["cheaper"] and d["saving_usd_per_hour"] == pytest.approx(36 * 2.5)
+    assert d["breakeven_prompt_ratio"] == 4.0 and d["link"] == "nvlink"
+    moe = compare_with_aggregated(DEEPSEEK_V3, B200, "fp8", None, dict(tp=8, pp=1, ep=8, dp=1),
+                                  1024, 1024, 20.0, 2.0, 0.05)  # fmt: skip
+    assert moe["prefill"]["ep"] == moe["prefill"]["tp"]  # experts spread over the worker
