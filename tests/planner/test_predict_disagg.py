@@ -107,3 +107,10 @@ def test_simulate_runs_the_two_pools(catalog, tmp_path):
     # decode-only steps at the same batch: the TPOT medians agree closely
     assert float(simulated["tpot_ms"]) == pytest.approx(float(analytic["tpot_ms"]), rel=0.1)
     assert simulated["kv_transfer_ms"] == analytic["kv_transfer_ms"]
+
+
+def test_a_pool_whose_ep_does_not_divide_the_experts_is_refused(catalog, tmp_path):
+    body = "DeepSeek-R1-0528,GB200,,,,,fp4,,1024,1024,64,sglang,disagg,1,4,1,4,1,1,1,1,48,48\n"
+    (row,) = predict(tmp_path, body)
+    assert row["fits"] == "false"
+    assert row["reason"].startswith("decode_ep: EP 48 does not divide"), row["reason"]
