@@ -21,6 +21,7 @@ API the rest of the project calls
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -46,6 +47,7 @@ GPU_GENERATIONS = {
     "b200": "blackwell",
     "gb200": "blackwell",
     "b300": "blackwell",
+    "gb300": "blackwell",
     "mi300x": "cdna3",
     "mi325x": "cdna3",
     "mi355x": "cdna4",
@@ -308,3 +310,19 @@ def fit_upload(
 
 def row_sources(rows: Iterable[Measurement]) -> dict[str, str]:
     return {row.row_id: row.source_group for row in rows}
+
+
+# ---------------------------------------------------------------- disaggregated fit
+
+DISAGG_FIXTURE = Path(__file__).resolve().parent / "catalog" / "disagg_calibration.json"
+
+
+@functools.lru_cache(maxsize=1)
+def disagg_fits() -> dict:
+    """The disaggregated constants per engine family (``sizing.disagg.DisaggFit``), fitted by
+    ``scripts/disagg_report.py`` on the shipped disaggregated rows; {} when not shipped."""
+    from sizing.disagg import fits_from_json
+
+    if not DISAGG_FIXTURE.exists():
+        return {}
+    return fits_from_json(json.loads(DISAGG_FIXTURE.read_text()))

@@ -120,7 +120,6 @@ ENGINE_FAMILIES = ("vllm", "sglang", "trtllm", "other")
 
 # Names in the shipped files that the catalog deliberately does not hold (yet).
 UNCATALOGUED_GPUS = {
-    "GB300": "Blackwell Ultra NVL72 part; no spec row in gpus.csv",
     "Gaudi 3": "Intel accelerator; the catalog holds NVIDIA and AMD GPUs only",
 }
 UNCATALOGUED_MODELS = {
@@ -1263,3 +1262,42 @@ def _guidellm_mean_length(metrics: Mapping[str, Any], name: str, index: int) -> 
             "guidellm report: missing field", field=f"benchmarks[{index}].metrics.{name}.mean"
         )
     return str(max(1, round(float(mean))))
+
+
+# ---------------------------------------------------------------- disaggregated layouts
+
+_POOL_RE = (
+    r"{pool} (?P<{pool}_gpus>\d+) GPUs \((?P<{pool}_workers>\d+) worker\(s\), "
+    r"TP(?P<{pool}_tp>\d+) EP(?P<{pool}_ep>\d+)(?P<{pool}_dpa>, DP-attention)?\)"
+)
+_DISAGG_LAYOUT_RE = re.compile(
+    _POOL_RE.format(pool="prefill") + ", " + _POOL_RE.format(pool="decode")
+)
+
+
+def disaggregated_layout(notes: str) -> dict[str, dict[str, int]] | None:
+    """The prefill and decode pools an InferenceX disaggregated row's notes give, as
+    ``{"prefill": {workers, tp, pp, ep, dp}, "decode": {...}}``; None when not stated.
+
+    The notes read "prefill 22 GPUs (11 worker(s), TP2 EP2, DP-attention), decode 12 GPUs
+    (3 worker(s), TP4 EP4, DP-attention)". A worker has ``gpus / workers`` GPUs. With
+    attention data-parallelism (SGLang/TRT-LLM ``--enable-dp-attention``) each GPU is its own
+    attention rank: ``tp = 1, dp = GPUs per worker`` and the experts are spread over the
+    worker (``ep = dp``: MoE-TP shards them as EP would); without it ``tp = GPUs per
+    worker``, ``dp = 1`` and ``ep = EP``.
+    """
+    found = _DISAGG_LAYOUT_RE.search(notes or "")
+    if not found:
+        return None
+    out: dict[str, dict[str, int]] = {}
+    for pool in ("prefill", "decode"):
+        gpus, workers = int(found[f"{pool}_gpus"]), int(found[f"{pool}_workers"])
+        if workers < 1 or gpus % workers:
+            return None
+        per_worker, ep = gpus // workers, int(found[f"{pool}_ep"])
+        if found[f"{pool}_dpa"]:
+            layout = {"tp": 1, "dp": per_worker, "ep": per_worker}
+        else:
+            layout = {"tp": per_worker, "dp": 1, "ep": min(ep, per_worker)}
+        out[pool] = {"workers": workers, "pp": 1, **layout}
+    return out

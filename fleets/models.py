@@ -58,6 +58,14 @@ class GpuSku(SourcedRow):
         validators=[RangeValidator("scale_up_domain_gpus")],
         help_text="GPUs reachable on the scale-up link (NVL72: 72; PCIe: the node).",
     )
+    nic_gb_s = models.FloatField(
+        "scale-out NIC GB/s per GPU (one way)",
+        null=True,
+        blank=True,
+        validators=[RangeValidator("nic_gb_s")],
+        help_text="RDMA bandwidth per GPU off the scale-up domain (400 Gb/s = 50 GB/s).",
+    )
+    nic_source = models.TextField(blank=True, help_text="Where the NIC figure comes from.")
     tdp_w = models.FloatField(null=True, blank=True, validators=[RangeValidator("tdp_w")])
     mig_max_instances = models.PositiveIntegerField(null=True, blank=True)
     notes = models.TextField(blank=True)

@@ -21,7 +21,7 @@ GPU_REQUIRED = (
     "gpus_per_node",
     "scale_up_domain_gpus",
 )
-GPU_OPTIONAL = ("fp8_tflops", "fp4_tflops", "int8_tops", "tdp_w")
+GPU_OPTIONAL = ("fp8_tflops", "fp4_tflops", "int8_tops", "tdp_w", "nic_gb_s")
 GPU_TEXT = (
     "name",
     "vendor",
@@ -31,6 +31,7 @@ GPU_TEXT = (
     "scale_up_interconnect",
     "notes",
     "source",
+    "nic_source",
 )
 ARCH_FIELDS = [f.name for f in fields(Architecture) if f.name != "notes"]
 

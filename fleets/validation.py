@@ -19,6 +19,7 @@ LIMITS: dict[str, tuple[float, float, str]] = {
     "scale_up_bw_gb_s": (1, 50_000, "GB/s"),
     "gpus_per_node": (1, 1_024, "GPUs"),
     "scale_up_domain_gpus": (1, 100_000, "GPUs"),
+    "nic_gb_s": (0.1, 10_000, "GB/s"),
     "tdp_w": (1, 10_000, "W"),
 }
 

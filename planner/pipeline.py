@@ -299,7 +299,48 @@ def _cell(inputs: dict, rows: list[dict], row: dict | None, gpu: str, gpu_name: 
             "recommended": None,
             "why_none": runner.why_none(gpu_rows, gpu) if gpu_rows else "no candidate",
         }
-    return {"gpu": gpu, "gpu_name": gpu_name, **recommendation(row, inputs)}
+    return {
+        "gpu": gpu,
+        "gpu_name": gpu_name,
+        **recommendation(row, inputs),
+        "disaggregation": disaggregation(inputs, row),
+    }
+
+
+def disaggregation(inputs: dict, row: dict) -> dict | None:
+    """Whether separate prefill and decode pools of this cell's model and GPU would be cheaper
+    under the SLOs than the aggregated layout recommended (``sizing.disagg``: mean-value
+    sizing of both at the scenario's peak x burst, the cell's calibration profile for both);
+    USD per month at the cell's GPU price. None when the row cannot be rebuilt."""
+    from sizing.cost import HOURS_PER_MONTH
+    from sizing.disagg import compare_with_aggregated
+
+    keys = [c.get("key") for c in inputs.get("candidates") or []]
+    if row.get("candidate_key") not in keys:
+        return None
+    (cand,) = snap.candidates(inputs, [keys.index(row["candidate_key"])])
+    if not math.isfinite(cand.gpu.usd_per_gpu_hour):
+        return None
+    traffic, slo, policy = snap.traffic(inputs), snap.slo(inputs), snap.policy(inputs)
+    par = cand.parallelism
+    try:
+        result = compare_with_aggregated(
+            cand.model, cand.gpu, cand.weight_precision, cand.kv_precision,
+            {"tp": par.tp, "pp": par.pp, "ep": par.ep, "dp": par.dp},
+            traffic.prompt_tokens_mean, traffic.output_tokens_mean,
+            traffic.peak_rps * policy.burst_factor, slo.ttft_ms / 1e3, slo.tpot_ms / 1e3,
+            engine=cand.engine, calibration=cand.calibration,
+            target_utilization=policy.target_utilization,
+        )  # fmt: skip
+    except (ValueError, ZeroDivisionError, FloatingPointError) as exc:
+        return {"cheaper": False, "reason": f"not evaluated: {exc}"}
+    for name in ("saving", "disagg", "agg"):
+        value = result.pop(f"{name}_usd_per_hour", None)
+        if value is not None:
+            result[f"{name}_usd_per_month"] = value * HOURS_PER_MONTH if math.isfinite(value) \
+                else None  # fmt: skip
+    result.pop("ratio_saving_usd_per_hour", None)
+    return result
 
 
 def _model_api(inputs: dict, model_slug: str, best: dict | None) -> dict:

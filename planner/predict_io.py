@@ -17,6 +17,7 @@ from typing import TextIO
 import numpy as np
 
 from sizing.chain import predict_rows
+from sizing.disagg import LINKS, DisaggLayout, Pool, predict_disagg
 from sizing.engine_settings import ENGINE_FIELDS, SettingError, binding_settings, engine_overrides
 from sizing.operating import kv_sequences_live
 from sizing.serving import lora_overrides, speculative_overrides
@@ -70,7 +71,22 @@ LORA_COLUMNS = ("lora_adapters", "lora_rank", "lora_active")
 #: the routed experts' precision when the checkpoint mixes them (gpt-oss: fp4 experts, bf16
 #: attention); blank: weight_precision
 PRECISION_COLUMNS = ("expert_precision",)
-OPTIONAL = ENGINE_COLUMNS + PREFIX_COLUMNS + SPEC_COLUMNS + LORA_COLUMNS + PRECISION_COLUMNS
+#: Disaggregated prefill/decode rows (``mode`` = ``disagg``): each pool's workers and layout
+#: (each worker uses tp x pp x dp GPUs); ``num_gpus, tp, pp, ep`` may then be blank. Optional:
+#: ``kv_link`` (auto | nvlink | rdma) and ``kv_layerwise_overlap`` (true/false).
+POOL_FIELDS = ("workers", "tp", "pp", "ep", "dp")
+DISAGG_COLUMNS = (
+    "mode",
+    *(f"{pool}_{name}" for pool in ("prefill", "decode") for name in POOL_FIELDS),
+    "kv_link",
+    "kv_layerwise_overlap",
+)
+DISAGG_OUTPUT = ("kv_transfer_ms", "prefill_gpus", "decode_gpus")
+MODES = ("agg", "disagg")
+OPTIONAL = (
+    ENGINE_COLUMNS + PREFIX_COLUMNS + SPEC_COLUMNS + LORA_COLUMNS + PRECISION_COLUMNS
+    + DISAGG_COLUMNS
+)  # fmt: skip
 
 
 class RowError(ValueError):
@@ -96,6 +112,8 @@ class ParsedRow:
     prefix_tokens: float = 0.0
     prefix_hit_rate: float = 0.0
     expert_precision: str = ""
+    #: a disaggregated deployment (``mode`` = ``disagg``), else None
+    disagg: DisaggLayout | None = None
 
     def engine_settings(self) -> EngineSettings:
         return _engine_settings(self.engine, self.settings)
@@ -227,7 +245,44 @@ def _prefix(row: dict) -> tuple[float, float]:
     return tokens, hit
 
 
+def _mode(row: dict) -> str:
+    mode = (row.get("mode") or "").strip().lower() or "agg"
+    if mode not in MODES:
+        raise RowError(f"mode must be one of {', '.join(MODES)} (blank: agg), got {mode!r}")
+    return mode
+
+
+def _pool(row: dict, pool: str) -> Pool:
+    """One pool's layout from its columns; workers and tp are required, pp/ep/dp default 1."""
+    return Pool(
+        workers=_int(row, f"{pool}_workers"),
+        tp=_int(row, f"{pool}_tp"),
+        pp=_int(row, f"{pool}_pp", 1),
+        ep=_int(row, f"{pool}_ep", 1),
+        dp=_int(row, f"{pool}_dp", 1),
+    )
+
+
+def _disagg(row: dict) -> DisaggLayout:
+    link = (row.get("kv_link") or "").strip().lower() or "auto"
+    if link not in LINKS:
+        raise RowError(f"kv_link must be one of {', '.join(LINKS)}, got {link!r}")
+    overlap = (row.get("kv_layerwise_overlap") or "").strip().lower()
+    if overlap not in ("", "true", "false", "1", "0", "yes", "no"):
+        raise RowError(f"kv_layerwise_overlap must be true or false, got {overlap!r}")
+    layout = DisaggLayout(
+        prefill=_pool(row, "prefill"),
+        decode=_pool(row, "decode"),
+        link=link,
+        layerwise_overlap=overlap in ("true", "1", "yes"),
+    )
+    if layout.gpus > MAX_GPUS:
+        raise RowError(f"prefill + decode GPUs must be at most {MAX_GPUS}, got {layout.gpus}")
+    return layout
+
+
 def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
+    disagg = _disagg(row) if _mode(row) == "disagg" else None
     model = resolver.get("model", row.get("model") or "")
     gpu = resolver.get("gpu", row.get("gpu") or "")
     weight = _precision(row.get("weight_precision") or "", "weight_precision")
@@ -240,13 +295,15 @@ def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
     prefix_tokens, prefix_hit_rate = _prefix(row)
     expert_text = (row.get("expert_precision") or "").strip()
     expert = _precision(expert_text, "expert_precision") if expert_text else ""
+    if disagg is not None:  # num_gpus, tp, pp, ep may be blank: the pools say it
+        d = disagg.decode
+        layout = (disagg.gpus, d.tp, d.pp, d.ep)
+    else:
+        layout = (_int(row, "num_gpus"), _int(row, "tp"), _int(row, "pp", 1), _int(row, "ep", 1))
     return ParsedRow(
         model,
         gpu,
-        _int(row, "num_gpus"),
-        _int(row, "tp"),
-        _int(row, "pp", 1),
-        _int(row, "ep", 1),
+        *layout,
         weight,
         kv,
         _tokens(row, "isl"),
@@ -258,6 +315,7 @@ def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
         prefix_tokens,
         prefix_hit_rate,
         expert,
+        disagg,
     )
 
 
@@ -309,9 +367,12 @@ def predict_csv(
     if simulate:
         for i in good:
             if results[i]["fits"]:
-                results[i].update(simulate_row(parsed[i], results[i], calibration_for))
+                simulate_one = simulate_row if parsed[i].disagg is None else simulate_disagg_row
+                results[i].update(simulate_one(parsed[i], results[i], calibration_for))
     writer = csv.writer(sink, lineterminator="\n")
     outputs = OUTPUT + (("engine_binding",) if set(ENGINE_COLUMNS) & set(header) else ())
+    if "mode" in header:
+        outputs += DISAGG_OUTPUT
     extra = [c for c in outputs if c not in header]
     writer.writerow(list(header) + extra)
     for i, row in enumerate(rows):
@@ -329,6 +390,53 @@ def predict_csv(
 
 
 def _predict(parsed: list, good: list[int], calibration_for) -> dict[int, dict]:
+    split = [i for i in good if parsed[i].disagg is not None]
+    out = _predict_agg(parsed, [i for i in good if parsed[i].disagg is None], calibration_for)
+    return out | _predict_disagg(parsed, split, calibration_for)
+
+
+def _pool_arrays(layouts: list[Pool]) -> dict:
+    return {name: np.array([getattr(p, name) for p in layouts]) for name in POOL_FIELDS}
+
+
+def _predict_disagg(parsed: list, good: list[int], calibration_for) -> dict[int, dict]:
+    """Disaggregated rows through ``sizing.disagg.predict_disagg`` (one vectorized call)."""
+    if not good:
+        return {}
+    from fleets.calibration import disagg_fits
+    from sizing.disagg import UNFITTED, fit_for
+
+    rows = [parsed[i] for i in good]
+    fits = [fit_for(disagg_fits(), r.engine, r.gpu.name) for r in rows]
+    profiles = []
+    for r, fit in zip(rows, fits, strict=True):
+        base, label = calibration_for(r)
+        suffix = " + disagg fit" if fit is not UNFITTED else ""
+        profiles.append((fit.calibrate(base), label + suffix))
+    layouts = [r.disagg for r in rows]
+    p = predict_disagg(
+        [r.model for r in rows],
+        [r.gpu for r in rows],
+        _pool_arrays([d.prefill for d in layouts]),
+        _pool_arrays([d.decode for d in layouts]),
+        [r.weight_precision for r in rows],
+        [r.kv_precision or None for r in rows],
+        np.array([r.isl for r in rows]),
+        np.array([r.osl for r in rows]),
+        np.array([r.concurrency for r in rows]),
+        engine=[r.engine_settings() for r in rows],
+        calibration=[chosen[0] for chosen in profiles],
+        link=np.array([d.link for d in layouts], dtype=object),
+        layerwise_overlap=np.array([d.layerwise_overlap for d in layouts]),
+        expert_precision=[r.expert_precision or None for r in rows],
+        prefill_wait_scale=np.array([fit.wait_scale for fit in fits]),
+    )
+    columns = {c: getattr(p, c).tolist() for c in OUTPUT + DISAGG_OUTPUT if c != "profile"}
+    columns["profile"] = [label for _, label in profiles]
+    return {i: {c: columns[c][k] for c in columns} for k, i in enumerate(good)}
+
+
+def _predict_agg(parsed: list, good: list[int], calibration_for) -> dict[int, dict]:
     if not good:
         return {}
     rows = [parsed[i] for i in good]
@@ -360,6 +468,46 @@ def _predict(parsed: list, good: list[int], calibration_for) -> dict[int, dict]:
         for k, i in enumerate(good):
             out[i]["engine_binding"] = texts[k]
     return out
+
+
+def simulate_disagg_row(row: ParsedRow, predicted: dict, calibration_for) -> dict:
+    """The two-pool simulation (``sizing.disagg_sim``) of one fitting disaggregated row at
+    its concurrency (blank: the decode pool's sequences), fixed lengths, ``max(10 C, 300)``
+    requests of which the first ``2 C`` are warm-up; medians, as predict's."""
+    from fleets.calibration import disagg_fits
+    from sizing.candidates import CandidateArrays
+    from sizing.disagg import fit_for
+    from sizing.disagg_sim import simulate_disagg
+    from sizing.simulate import LengthDist
+
+    d, engine = row.disagg, row.engine_settings()
+    fit = fit_for(disagg_fits(), row.engine, row.gpu.name)
+    calibration = fit.calibrate(calibration_for(row)[0])
+
+    def worker(pool):
+        return CandidateArrays.build(row.model, row.gpu, row.weight_precision,
+                                     row.kv_precision or None, pool.tp, pool.pp, pool.ep,
+                                     pool.dp, engine, calibration,
+                                     expert_precision=row.expert_precision or None)  # fmt: skip
+
+    conc = row.concurrency
+    if not math.isfinite(conc):
+        conc = predicted["max_concurrency"]
+    conc = int(max(conc, 1))
+    try:
+        result = simulate_disagg(worker(d.prefill), worker(d.decode), d.prefill.workers,
+                                 d.decode.workers, LengthDist(row.isl), LengthDist(row.osl),
+                                 requests=max(10 * conc, 300), concurrency=conc,
+                                 warmup_requests=2 * conc, link=d.link,
+                                 layerwise_overlap=d.layerwise_overlap)  # fmt: skip
+    except ValueError as exc:
+        return {"fits": False, "reason": f"simulation: {exc}"}
+    return {
+        "total_output_tok_s": result.output_tokens_per_s,
+        "output_tok_s_per_gpu": result.output_tok_s_per_gpu,
+        "ttft_ms": result.percentiles_ms("ttft")["p50"],
+        "tpot_ms": result.percentiles_ms("tpot")["p50"],
+    }
 
 
 def simulate_row(row: ParsedRow, predicted: dict, calibration_for) -> dict:

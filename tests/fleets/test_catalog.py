@@ -173,3 +173,26 @@ def test_import_hf_config_refuses_invalid_json(tmp_path):
     path.write_text("{not json")
     with pytest.raises(CommandError, match="not valid JSON"):
         call_command("import_hf_config", str(path))
+
+
+@pytest.mark.django_db
+def test_gb300_and_every_nic_bandwidth_carry_their_sources():
+    # given the shipped catalog, when it is loaded
+    call_command("load_catalog")
+    # then GB300 is an NVL72 part: 72-GPU NVLink domain, dense peaks per GPU, 800 Gb/s NIC
+    gb300 = GpuSku.objects.get(slug="gb300")
+    assert (gb300.scale_up_domain_gpus, gb300.gpus_per_node, gb300.scale_up_link) == (
+        72,
+        4,
+        "nvlink",
+    )
+    assert (gb300.bf16_tflops, gb300.fp8_tflops, gb300.fp4_tflops) == (2500, 5000, 15000)
+    assert (gb300.hbm_bandwidth_tb_s, gb300.nic_gb_s) == (8.0, 100.0)
+    assert "http" in gb300.source and "http" in gb300.nic_source
+    # and every SKU has a scale-out NIC figure with its source, which the core uses
+    from fleets.selectors import gpu_spec
+
+    for row in GpuSku.objects.all():
+        assert row.nic_gb_s and row.nic_gb_s > 0, row.slug
+        assert "http" in row.nic_source or "docs.nvidia.com" in row.nic_source, row.slug
+        assert gpu_spec(row).scale_out_gb_s == row.nic_gb_s

@@ -393,8 +393,8 @@ def test_every_shipped_gpu_resolves_or_is_listed():
     gpus = _shipped_names("gpu")
     unresolved = {name for name in gpus if catalog.gpu_slug(name) is None}
     assert unresolved == set(m.UNCATALOGUED_GPUS)
-    # 12 names: 10 resolve (9,096 rows), GB300 (618) and Gaudi 3 (88) are not in the catalog
-    assert (len(gpus), sum(gpus[name] for name in unresolved)) == (12, 706)
+    # 12 names: 11 resolve (9,714 rows, GB300's 618 among them); Gaudi 3 (88) is not in the catalog
+    assert (len(gpus), sum(gpus[name] for name in unresolved)) == (12, 88)
     assert catalog.gpu_slug("H100 PCIe") == "h100_pcie" and catalog.gpu_slug("H100") == "h100_sxm"
 
 
@@ -491,3 +491,32 @@ def test_guidellm_report_without_strategy_is_refused():
     with pytest.raises(m.MeasurementError) as caught:
         m.parse_guidellm_report(data, gpu="L40S", model="Llama-3.1-8B", num_gpus=1, tp=1)
     assert caught.value.field == "benchmarks[0].config.strategy"
+
+
+# ---------------------------------------------------------------- disaggregated layouts
+
+
+def test_disaggregated_layout_reads_the_pools_from_the_notes():
+    notes = (
+        "method A; disaggregated multinode: prefill 22 GPUs (11 worker(s), TP2 EP2, "
+        "DP-attention), decode 8 GPUs (2 worker(s), TP4 EP1); tp/ep columns = decode worker"
+    )
+    layout = m.disaggregated_layout(notes)
+    # DP-attention: each GPU is an attention rank (TP1 x DP2), experts over the worker
+    assert layout["prefill"] == {"workers": 11, "pp": 1, "tp": 1, "dp": 2, "ep": 2}
+    # plain TP: 8 GPUs / 2 workers = TP4, EP as stated
+    assert layout["decode"] == {"workers": 2, "pp": 1, "tp": 4, "dp": 1, "ep": 1}
+    assert m.disaggregated_layout("single node, TP8") is None
+
+
+def test_every_shipped_disaggregated_api_row_states_its_pools():
+    rows, _ = m.read_shipped_measurements()
+    disagg = [r for r in rows if r.disaggregated]
+    stated = [r for r in disagg if m.disaggregated_layout(r.notes)]
+    # the blog tables (Kimi-K2.5, DeepSeek-V4-Pro, the DeepSeek-R1 GB200-vs-B200 post) do not
+    assert len(disagg) - len(stated) == 117
+    for r in stated:
+        layout = m.disaggregated_layout(r.notes)
+        assert r.num_gpus == sum(
+            p["workers"] * p["tp"] * p["pp"] * p["dp"] for p in layout.values()
+        )

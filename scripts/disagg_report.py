@@ -1,0 +1,330 @@
+"""Regenerate docs/disaggregated.md: the disaggregated model's error, fitted and out of sample.
+
+Usage: ``.venv/bin/python scripts/disagg_report.py [--write-fixture]``
+
+Reads the disaggregated rows of fleets/catalog/measured-concurrency.csv (InferenceX
+multi-node Dynamo / MoRI sweeps whose notes give the prefill and decode pools), predicts their
+median TTFT and TPOT with ``sizing.disagg.predict_disagg`` on top of each row's aggregated
+calibration profile, fits the disaggregated constants per engine family
+(``sizing.disagg.DISAGG_CONSTANTS``) and cross-validates holding one *sweep* out at a time
+(GPU x engine x precision x ISL/OSL: the configuration the fit never saw). ``--write-fixture``
+rewrites fleets/catalog/disagg_calibration.json (the constants fitted on all points), which
+``predict`` loads. Uses the default database (catalog loaded on demand).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "disaggregated.md"
+FIXTURE = ROOT / "fleets" / "catalog" / "disagg_calibration.json"
+TARGETS_PCT = {"tpot_ms": 20.0, "ttft_ms": 35.0}
+DRAWN_LENGTH_FACTOR = 0.9  # InferenceX draws lengths in [0.8, 1] x nominal
+RAW_METRICS = ("ttft_ms_median", "tpot_ms_median")
+
+
+def _expert_parallel(pool: dict, num_experts: int) -> tuple[dict, bool]:
+    """EP as the sizing core can hold it: an EP that does not divide the routed experts (EP48
+    over DeepSeek's 256: EPLB adds redundant experts) becomes the largest divisor below it."""
+    ep = pool["ep"]
+    if num_experts <= 0 or num_experts % ep == 0:
+        return pool, False
+    divisor = max(d for d in range(1, ep + 1) if num_experts % d == 0)
+    return {**pool, "ep": divisor}, True
+
+
+def _setup_django() -> None:
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from fleets.models import GpuSku
+
+    call_command("migrate", verbosity=0)
+    if not GpuSku.objects.filter(slug="gb300").exists():
+        call_command("load_catalog", verbosity=0)
+
+
+def disagg_points():
+    """(points, left out as (row id, reason)) from the shipped disaggregated rows."""
+    from fleets.calibration import CatalogSpecs, profile_selector
+    from fleets.measurements import disaggregated_layout, read_shipped_measurements
+    from sizing.calibrate import engine_release
+    from sizing.disagg import DISAGG_METRICS, DisaggPoint
+
+    rows, _ = read_shipped_measurements()
+    specs = CatalogSpecs()
+    select = profile_selector()
+    points, left_out = [], []
+    adjusted: set[str] = set()
+    for row in rows:
+        if not row.disaggregated or row.metric not in DISAGG_METRICS:
+            continue
+        if row.raw_metric not in RAW_METRICS:
+            reason = "ITL stands in for TPOT (TRT-LLM streams chunks)" if "itl" in \
+                row.raw_metric else "mean statistic (the median row is used)"  # fmt: skip
+            left_out.append((row.row_id, reason))
+            continue
+        if row.speculative:
+            left_out.append((row.row_id, "MTP speculative decoding (acceptance not published)"))
+            continue
+        layout = disaggregated_layout(row.notes)
+        if layout is None:
+            left_out.append((row.row_id, "pool layout not given (blog table)"))
+            continue
+        try:
+            _, model = specs.model(row.model)
+            gpu_slug, gpu = specs.gpu(row.gpu)
+        except LookupError as error:
+            left_out.append((row.row_id, f"not in the catalog: {error}"))
+            continue
+        prefill, p_moved = _expert_parallel(layout["prefill"], model.num_experts)
+        decode, d_moved = _expert_parallel(layout["decode"], model.num_experts)
+        layout = {"prefill": prefill, "decode": decode}
+        if p_moved or d_moved:
+            adjusted.add(row.row_id)
+        release = engine_release(row.engine_family, row.engine, row.source_version)
+        calibration, _ = select(gpu_slug, row.engine_family, row.weight_precision, release)
+        group = f"{gpu_slug} {row.engine_family} {row.weight_precision} {row.isl}/{row.osl}"
+        points.append(
+            DisaggPoint(
+                model=model,
+                gpu=gpu,
+                prefill=layout["prefill"],
+                decode=layout["decode"],
+                weight_precision=row.weight_precision,
+                kv_precision=row.kv_precision,
+                isl=row.isl * DRAWN_LENGTH_FACTOR,
+                osl=row.osl * DRAWN_LENGTH_FACTOR,
+                concurrency=float(row.concurrency),
+                engine=row.engine_family,
+                metric=row.metric,
+                value=row.value,
+                calibration=calibration,
+                group=group,
+                row_id=row.row_id,
+            )
+        )
+    disagg_points.adjusted = adjusted
+    return points, left_out
+
+
+def _ape(predicted: np.ndarray, points) -> np.ndarray:
+    measured = np.array([p.value for p in points])
+    return np.abs(predicted - measured) / measured
+
+
+def _summary(ape: np.ndarray, points, key) -> dict:
+    table = defaultdict(list)
+    for a, p in zip(ape, points, strict=True):
+        table[key(p)].append(a)
+    out = {}
+    for k, values in sorted(table.items()):
+        v = np.array(values)
+        finite = v[np.isfinite(v)]
+        out[k] = {
+            "n": len(v),
+            "misfit": int(np.sum(~np.isfinite(v))),
+            "median_ape_pct": float(np.median(finite) * 100) if len(finite) else math.nan,
+        }
+    return out
+
+
+def _cell(entry: dict | None) -> str:
+    if not entry or math.isnan(entry["median_ape_pct"]):
+        return "-"
+    miss = f", {entry['misfit']} misfit" if entry["misfit"] else ""
+    return f"{entry['median_ape_pct']:.1f} (n={entry['n']}{miss})"
+
+
+EXAMPLE = {
+    "model": "Llama-3.1-70B",
+    "gpu": "H100 SXM",
+    "usd_per_gpu_hour": 2.50,
+    "layout": {"tp": 4, "pp": 1, "ep": 1, "dp": 1},
+    "isl": 4096,
+    "osl": 256,
+    "rate_rps": 20.0,
+    "ttft_slo_s": 1.0,
+    "tpot_slo_s": 0.030,
+}
+
+
+def worked_example() -> list[str]:
+    """The break-even of one deployment choice, computed by ``sizing.disagg.breakeven``."""
+    from fleets.calibration import CatalogSpecs
+    from sizing.disagg import breakeven, size_pools
+
+    e = EXAMPLE
+    specs = CatalogSpecs()
+    _, model = specs.model(e["model"])
+    _, gpu = specs.gpu(e["gpu"])
+    lay = e["layout"]
+    args = (model, gpu, lay, lay, lay, "bf16", None)
+    slo = (e["ttft_slo_s"], e["tpot_slo_s"])
+    price = {"usd_per_gpu_hour": e["usd_per_gpu_hour"]}
+    sized = size_pools(*args, e["isl"], e["osl"], e["rate_rps"], *slo, **price)
+    bev = breakeven(*args, e["isl"], e["osl"], e["rate_rps"], *slo, **price)
+    i = 0
+    ratios = ", ".join(f"{r:g}: {v:+.0f}" for r, v in
+                       zip(bev.ratio_grid, bev.ratio_saving_usd_per_hour, strict=True))  # fmt: skip
+    rates = ", ".join(f"{r:g}: {v:+.0f}" for r, v in
+                      zip(bev.rate_grid, bev.rate_saving_usd_per_hour, strict=True))  # fmt: skip
+    return [
+        "## Worked break-even (physics-default constants, reproducible by hand)",
+        "",
+        f"{model.name} bf16 on {gpu.name} at ${e['usd_per_gpu_hour']:.2f}/GPU-hour, TP4 workers "
+        f"in both pools and TP4 aggregated replicas; {e['rate_rps']:g} req/s of "
+        f"{e['isl']:,} / {e['osl']} tokens; SLOs TTFT {e['ttft_slo_s'] * 1e3:.0f} ms, TPOT "
+        f"{e['tpot_slo_s'] * 1e3:.0f} ms (means); target utilization 1.",
+        "",
+        f"- KV per request {sized.transfer.request_kv_bytes[i] / 1e9:.3f} GB; "
+        f"{sized.transfer.wire_bytes_per_gpu[i] / 1e6:.1f} MB per GPU over "
+        f"{sized.transfer.link[i]} -> {sized.kv_transfer_ms[i]:.2f} ms.",
+        f"- Decode: batch {sized.decode_batch_per_rank[i]:.0f} per worker at TPOT "
+        f"{sized.decode_tpot_s[i] * 1e3:.1f} ms, {sized.decode_rps_per_rank[i]:.2f} req/s per "
+        f"worker -> {sized.decode_workers[i]:.0f} decode workers.",
+        f"- Prefill: TTFT budget {sized.ttft_budget_steps[i]:.1f} full steps of waiting -> "
+        f"load <= {sized.prefill_rho_max[i]:.2f} -> {sized.prefill_workers[i]:.0f} prefill "
+        f"workers; P:D = {sized.prefill_gpus[i]:.0f}:{sized.decode_gpus[i]:.0f} GPUs.",
+        f"- Disaggregated {sized.disagg_gpus[i]:.0f} GPUs (${sized.disagg_usd_per_hour[i]:.0f}/h) "
+        f"vs aggregated {sized.agg_replicas[i]:.0f} replicas = {sized.agg_gpus[i]:.0f} GPUs "
+        f"(${sized.agg_usd_per_hour[i]:.0f}/h, {sized.agg_rps_per_replica[i]:.2f} req/s per "
+        f"replica at the SLOs): saving ${sized.saving_usd_per_hour[i]:.0f}/h.",
+        f"- Saving ($/h) by prompt/output ratio (osl {e['osl']}): {ratios} -> pays from "
+        f"isl/osl = {bev.prompt_ratio:g}.",
+        f"- Saving ($/h) by rate (req/s): {rates} -> pays from {bev.rate_rps:g} req/s.",
+        f"- Transfer bandwidth below which it never pays here: {bev.min_link_gb_s:.2f} GB/s "
+        "per GPU one way (the transfer eats the TTFT budget).",
+        "",
+    ]
+
+
+def main(argv=None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--write-fixture", action="store_true")
+    parser.add_argument("--max-nfev", type=int, default=40)
+    args = parser.parse_args(argv)
+    _setup_django()
+    from sizing.disagg import DISAGG_CONSTANTS, cross_validate, fit_all, predict_points
+
+    started = time.time()
+    points, left_out = disagg_points()
+    engines = sorted({p.engine for p in points})
+    physics = predict_points(points)
+    fits = fit_all(points, max_nfev=args.max_nfev)
+    in_sample = predict_points(points, fits)
+    held_out = cross_validate(points, max_nfev=args.max_nfev)
+    elapsed = time.time() - started
+
+    def by_metric(pred):
+        return _summary(_ape(pred, points), points, lambda p: p.metric)
+
+    def by_sweep(pred):
+        return _summary(_ape(pred, points), points, lambda p: (p.metric, p.group))
+
+    tables = {name: by_metric(pred) for name, pred in
+              (("profile", physics), ("fitted", in_sample), ("held_out", held_out))}  # fmt: skip
+    sweeps_out, sweeps_in = by_sweep(held_out), by_sweep(in_sample)
+    reasons = defaultdict(int)
+    for _, reason in left_out:
+        reasons[reason] += 1
+
+    lines = [
+        "# Disaggregated prefill/decode: error of the model",
+        "",
+        "Generated by `scripts/disagg_report.py` (do not edit by hand). The model is",
+        "`sizing/disagg.py`: a prefill-only pool (M/D/1 wait in full prefill steps + the",
+        "prompt's own prefill), the KV transfer (NVLink inside a scale-up domain, else RDMA at",
+        "the NIC's bandwidth x 0.71), a decode-only pool (decode steps at the batch the closed",
+        "loop settles on), and the closed loop against the whole deployment.",
+        "",
+        "Data: the disaggregated rows of `fleets/catalog/measured-concurrency.csv` (InferenceX",
+        "multi-node sweeps, NVIDIA Dynamo + TRT-LLM / SGLang and AMD SGLang + MoRI, DeepSeek-R1",
+        "FP4/FP8) whose notes give the pools' workers, TP/EP and attention-DP. Median TTFT and",
+        "median TPOT; lengths are 0.9 x nominal (drawn in [0.8, 1] x nominal).",
+        "",
+        f"Points: {len(points)} ({sum(p.metric == 'ttft_ms' for p in points)} TTFT, "
+        f"{sum(p.metric == 'tpot_ms' for p in points)} TPOT) in "
+        f"{len({p.group for p in points})} sweeps; engines {', '.join(engines)}.",
+        "",
+        "Left out:",
+        "",
+        *[f"- {reason}: {n} rows" for reason, n in sorted(reasons.items())],
+        "",
+        "## Median APE (%)",
+        "",
+        "| metric | target | aggregated profile, unfitted | fitted (in sample) | "
+        "held out (one sweep at a time) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for metric in ("tpot_ms", "ttft_ms"):
+        lines.append(
+            f"| {metric} | <= {TARGETS_PCT[metric]:.0f} | {_cell(tables['profile'].get(metric))} "
+            f"| {_cell(tables['fitted'].get(metric))} | {_cell(tables['held_out'].get(metric))} |"
+        )
+    lines += [
+        "",
+        "Held out: each sweep (GPU x engine x precision x ISL/OSL) is predicted by constants",
+        "fitted on every other sweep (its engine family's, and its GPU x engine's from the",
+        "other sweeps on that GPU); the aggregated profile under it is the row's own (fitted",
+        "on aggregated rows only, never on these).",
+        "",
+        "## Fitted constants (all points)",
+        "",
+        "Per engine family (all its GPUs), and per GPU x engine with at least 6 points (its",
+        "prior is the engine's fit); a GPU without its own falls back to the engine's.",
+        "",
+        "| fit | points | " + " | ".join(DISAGG_CONSTANTS) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in DISAGG_CONSTANTS) + " |",
+    ]
+    for e, fit in fits.items():
+        cells = " | ".join(f"{fit.values[k]:.3g}" for k in DISAGG_CONSTANTS)
+        lines.append(f"| {e} | {fit.points} | {cells} |")
+    lines += [
+        "",
+        "## Per sweep, held out (median APE %)",
+        "",
+        "| sweep | TPOT held out | TTFT held out | TPOT fitted | TTFT fitted |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for group in sorted({p.group for p in points}):
+        lines.append(
+            f"| {group} | {_cell(sweeps_out.get(('tpot_ms', group)))} | "
+            f"{_cell(sweeps_out.get(('ttft_ms', group)))} | "
+            f"{_cell(sweeps_in.get(('tpot_ms', group)))} | "
+            f"{_cell(sweeps_in.get(('ttft_ms', group)))} |"
+        )
+    lines += ["", *worked_example(), f"Run time: {elapsed:.0f} s.", ""]
+    text = "\n".join(lines)
+    DOC.write_text(text)
+    if args.write_fixture:
+        payload = {
+            "source": "scripts/disagg_report.py on the disaggregated rows of "
+            "fleets/catalog/measured-concurrency.csv (InferenceX)",
+            "constants": list(DISAGG_CONSTANTS),
+            "fits": {e: {"points": f.points, **f.values} for e, f in fits.items()},
+            "held_out_median_ape_pct": {
+                m: tables["held_out"][m]["median_ape_pct"] for m in tables["held_out"]
+            },
+        }
+        FIXTURE.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""Discrete-event simulation of a disaggregated deployment: two pools and the transfer between.
+
+The mean-value model (sizing/disagg.py) gives means; this runs the requests through
+
+1. the front end (``frontend_latency_s``), then the **prefill pool**: ``x * dp_p`` prefill
+   ranks, each request routed to the rank with the fewest queued prompt tokens; a rank runs
+   prefill-only steps of up to ``max_num_batched_tokens`` tokens, FCFS, a long prompt chunked
+   over several steps; step time ``steptime.decode_step(cp, 0, 0, tokens, p_eq)``;
+2. the **KV transfer**: the request goes to the decode rank with the fewest sequences; that
+   rank's link is a FCFS server occupied ``wire_s`` per request (``disagg.kv_transfer``), and
+   the request's first token leaves ``exposed_s`` after its prefill (or after the link frees);
+3. the **decode pool**: ``y * dp_d`` ranks running decode-only continuous batching, at most
+   ``batch_limit / dp`` sequences each (KV and ``max_num_seqs``), a step of n sequences at
+   their mean context taking ``decode_step(cd, n, ctx).step_s``; a request decodes ``osl``
+   tokens after its first (the mean-value model's ``TTFT + osl * TPOT``).
+
+So TTFT tails come from queueing at the prefill pool and at the links, TPOT tails from the decode
+batch. Closed loop (``concurrency`` clients, each sending its next request when the last
+finishes) or Poisson arrivals at ``rate_rps``. Step times are memoised (decode count exact,
+context on a 1/64-octave grid; prefill tokens and attention length on a 1/32-octave grid).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from sizing.candidates import CandidateArrays
+from sizing.disagg import kv_transfer, prefill_pool
+from sizing.memory import fit_memory
+from sizing.operating import batch_limit
+from sizing.simulate import PERCENTILES, LengthDist
+from sizing.steptime import decode_step
+
+
+def _grid(x: float, per_octave: int) -> float:
+    if x <= 64:
+        return float(round(x))
+    return 2.0 ** (round(math.log2(x) * per_octave) / per_octave)
+
+
+class _Timer:
+    """Memoised step times of one prefill and one decode worker (single rows)."""
+
+    def __init__(self, cp: CandidateArrays, cd: CandidateArrays):
+        self.cp, self.cd = cp, cd
+        self.memo: dict[tuple, float] = {}
+
+    def prefill_s(self, tokens: float, p_eq: float) -> float:
+        key = ("p", _grid(tokens, 32), _grid(p_eq, 32))
+        if key not in self.memo:
+            self.memo[key] = float(decode_step(self.cp, 0.0, 0.0, key[1], key[2]).step_s[0])
+        return self.memo[key]
+
+    def decode_s(self, n: int, ctx: float) -> float:
+        key = ("d", n, _grid(ctx, 64))
+        if key not in self.memo:
+            self.memo[key] = float(decode_step(self.cd, float(n), key[2]).step_s[0])
+        return self.memo[key]
+
+
+@dataclass(frozen=True)
+class DisaggSimResult:
+    """Per-request latencies (s) after the warm-up, and the measurement window."""
+
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+    output_tokens: int
+    window_s: float
+    gpus: int
+
+    def percentiles_ms(self, name: str) -> dict[str, float]:
+        values = getattr(self, f"{name}_s") * 1e3
+        return {f"p{p}": float(np.percentile(values, p)) for p in PERCENTILES}
+
+    def mean_ms(self, name: str) -> float:
+        return float(np.mean(getattr(self, f"{name}_s")) * 1e3)
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.output_tokens / self.window_s if self.window_s > 0 else 0.0
+
+    @property
+    def output_tok_s_per_gpu(self) -> float:
+        return self.output_tokens_per_s / self.gpus
+
+
+def simulate_disagg(
+    cp: CandidateArrays,
+    cd: CandidateArrays,
+    prefill_workers: int,
+    decode_workers: int,
+    isl: LengthDist,
+    osl: LengthDist,
+    requests: int,
+    concurrency: int | None = None,
+    rate_rps: float | None = None,
+    warmup_requests: int = 0,
+    link: str = "auto",
+    layerwise_overlap: bool = False,
+    seed: int = 0,
+) -> DisaggSimResult:
+    """Simulate ``requests`` requests through one disaggregated deployment.
+
+    Parameters
+    ----------
+    cp, cd : one-row ``CandidateArrays`` of the prefill and the decode worker
+    prefill_workers, decode_workers : workers per pool
+    isl, osl : length distributions (tokens)
+    concurrency : closed-loop clients against the whole deployment, or
+    rate_rps : Poisson arrivals (req/s)
+    warmup_requests : the first completions left out of the statistics
+    """
+    if (concurrency is None) == (rate_rps is None):
+        raise ValueError("give exactly one of concurrency or rate_rps")
+    rng = np.random.default_rng(seed)
+    isl_draw = np.maximum(isl.sample(requests, rng), 1).astype(np.int64)
+    osl_draw = np.maximum(osl.sample(requests, rng), 1).astype(np.int64)
+    timer = _Timer(cp, cd)
+    ranks_p = prefill_workers * int(cp.dp[0])
+    ranks_d = decode_workers * int(cd.dp[0])
+    budget = int(cp.max_num_batched_tokens[0])
+    mean_isl, mean_osl = float(np.mean(isl_draw)), float(np.mean(osl_draw))
+    fit_d = fit_memory(cd, np.array([mean_isl + mean_osl]))
+    slots = max(int(batch_limit(cd, fit_d, mean_isl, mean_osl)[0] // cd.dp[0]), 1)
+    frontend = float(cp.frontend_latency_s[0])
+    pre = prefill_pool(cp, np.array([1.0]), np.array([mean_isl]))
+    xfer = kv_transfer(cp, cd, np.array([mean_isl]), link, layerwise_overlap, pre.prefill_s)
+    wire_per_token = float(xfer.wire_s[0]) / mean_isl
+    latency = float(xfer.latency_s[0])
+
+    events: list = []
+    counter = 0
+
+    def push(t: float, kind: str, payload) -> None:
+        nonlocal counter
+        counter += 1
+        heapq.heappush(events, (t, counter, kind, payload))
+
+    # per request: [send_t, isl, osl, left_to_prefill, first_t, done_t]
+    req = np.zeros((requests, 6))
+    req[:, 1], req[:, 2] = isl_draw, osl_draw
+    queues = [deque() for _ in range(ranks_p)]
+    queued_tokens = np.zeros(ranks_p)
+    p_busy = np.zeros(ranks_p, dtype=bool)
+    link_free = np.zeros(ranks_d)
+    pending = [deque() for _ in range(ranks_d)]  # transferred, waiting for a slot
+    running: list[list] = [[] for _ in range(ranks_d)]  # [request, tokens left, context]
+    d_busy = np.zeros(ranks_d, dtype=bool)
+    load_d = np.zeros(ranks_d)
+    sent = 0
+    finished: list[int] = []
+
+    def send(t: float) -> None:
+        nonlocal sent
+        if sent >= requests:
+            return
+        i = sent
+        sent += 1
+        req[i, 0] = t
+        req[i, 3] = req[i, 1]
+        push(t + frontend, "arrive", i)
+
+    def start_prefill(rank: int, t: float) -> None:
+        if p_busy[rank] or not queues[rank]:
+            return
+        room, tokens, weighted, done = budget, 0.0, 0.0, []
+        for i in list(queues[rank]):
+            if room <= 0:
+                break
+            take = min(room, req[i, 3])
+            offset = req[i, 1] - req[i, 3]
+            weighted += take * (2 * offset + take)
+            tokens += take
+            room -= take
+            req[i, 3] -= take
+            if req[i, 3] <= 0:
+                done.append(i)
+            else:
+                break  # a chunked prompt fills the step
+        for i in done:
+            queues[rank].remove(i)
+        queued_tokens[rank] -= tokens
+        p_busy[rank] = True
+        push(t + timer.prefill_s(tokens, weighted / tokens), "prefilled", (rank, done))
+
+    def start_decode(rank: int, t: float) -> None:
+        if d_busy[rank]:
+            return
+        while pending[rank] and len(running[rank]) < slots:
+            i = pending[rank].popleft()
+            running[rank].append([i, req[i, 2], req[i, 1]])
+        if not running[rank]:
+            return
+        n = len(running[rank])
+        ctx = sum(r[2] for r in running[rank]) / n
+        d_busy[rank] = True
+        push(t + timer.decode_s(n, ctx), "decoded", rank)
+
+    if concurrency is not None:
+        for _ in range(min(concurrency, requests)):
+            send(0.0)
+    else:
+        gaps = rng.exponential(1.0 / rate_rps, requests)
+        for t in np.cumsum(gaps):
+            send(float(t))
+
+    while events:
+        t, _, kind, payload = heapq.heappop(events)
+        if kind == "arrive":
+            rank = int(np.argmin(queued_tokens))
+            queues[rank].append(payload)
+            queued_tokens[rank] += req[payload, 1]
+            start_prefill(rank, t)
+        elif kind == "prefilled":
+            rank, done = payload
+            p_busy[rank] = False
+            for i in done:
+                d = int(np.argmin(load_d))
+                load_d[d] += 1
+                wire = wire_per_token * req[i, 1]
+                begin = max(t, link_free[d])
+                link_free[d] = begin + wire
+                push(begin + wire + latency, "transferred", (d, i))
+            start_prefill(rank, t)
+        elif kind == "transferred":
+            d, i = payload
+            req[i, 4] = t
+            pending[d].append(i)
+            start_decode(d, t)
+        elif kind == "decoded":
+            d_busy[payload] = False
+            keep = []
+            for r in running[payload]:
+                r[1] -= 1
+                r[2] += 1
+                if r[1] <= 0:
+                    i = int(r[0])
+                    req[i, 5] = t
+                    finished.append(i)
+                    load_d[payload] -= 1
+                    if concurrency is not None:
+                        send(t)
+                else:
+                    keep.append(r)
+            running[payload] = keep
+            start_decode(payload, t)
+
+    kept = np.array(finished[warmup_requests:], dtype=np.int64)
+    if len(kept) == 0:
+        raise ValueError("no request finished after the warm-up")
+    send_t, first_t, done_t = req[kept, 0], req[kept, 4], req[kept, 5]
+    window = float(done_t.max() - req[kept, 0].min())
+    return DisaggSimResult(
+        ttft_s=first_t - send_t,
+        tpot_s=(done_t - first_t) / req[kept, 2],
+        e2e_s=done_t - send_t,
+        output_tokens=int(req[kept, 2].sum()),
+        window_s=window,
+        gpus=int(prefill_workers * cp.gpus_per_instance[0] + decode_workers
+                 * cd.gpus_per_instance[0]),
+    )  # fmt: skip

@@ -1,0 +1,116 @@
+"""`predict` rows with ``mode`` = ``disagg``: separate prefill and decode pools."""
+
+import csv
+import io
+
+import pytest
+from django.core.management import call_command
+
+pytestmark = pytest.mark.django_db
+
+HEADER = (
+    "model,gpu,num_gpus,tp,pp,ep,weight_precision,kv_precision,isl,osl,concurrency,engine,mode,"
+    "prefill_workers,prefill_tp,prefill_pp,prefill_ep,prefill_dp,"
+    "decode_workers,decode_tp,decode_pp,decode_ep,decode_dp\n"
+)
+
+
+def predict(tmp_path, body: str, header: str = HEADER) -> list[dict]:
+    source = tmp_path / "in.csv"
+    source.write_text(header + body)
+    out = tmp_path / "out.csv"
+    call_command("predict", str(source), "-o", str(out), stderr=io.StringIO())
+    return list(csv.DictReader(out.open()))
+
+
+def test_disagg_rows_add_the_pool_columns_and_agg_rows_are_unchanged(catalog, tmp_path):
+    body = (
+        "Llama-3.1-70B,H100,4,4,1,1,bf16,,4096,512,16,vllm,,,,,,,,,,,\n"
+        "Llama-3.1-70B,H100,,,,,bf16,,4096,512,16,vllm,disagg,2,4,1,1,1,1,4,1,1,1\n"
+        "Llama-3.1-70B,H100,4,4,1,1,bf16,,4096,512,16,vllm,agg,2,4,1,1,1,1,4,1,1,1\n"
+    )
+    agg_only = predict(tmp_path, "Llama-3.1-70B,H100,4,4,1,1,bf16,,4096,512,16,vllm\n",
+                       HEADER.split(",mode")[0] + "\n")  # fmt: skip
+    rows = predict(tmp_path, body)
+    assert list(rows[0])[-3:] == ["kv_transfer_ms", "prefill_gpus", "decode_gpus"]
+    # a blank mode is today's answer, to the digit; 'agg' ignores the pool columns
+    for key in ("total_output_tok_s", "ttft_ms", "tpot_ms"):
+        assert rows[0][key] == agg_only[0][key] == rows[2][key]
+    assert rows[0]["kv_transfer_ms"] == "" and rows[0]["prefill_gpus"] == ""
+    # 2 prefill x TP4 + 1 decode x TP4 on one H100 node each pair: NVLink, 12 GPUs in all
+    d = rows[1]
+    assert d["fits"] == "true", d["reason"]
+    assert (d["prefill_gpus"], d["decode_gpus"]) == ("8", "4")
+    assert 0 < float(d["kv_transfer_ms"]) < 2  # 335.5 MB per GPU over NVLink
+    assert float(d["output_tok_s_per_gpu"]) == pytest.approx(
+        float(d["total_output_tok_s"]) / 12, rel=1e-5
+    )
+    # TPOT comes from decode-only steps: lower than the aggregated engine's at the same load
+    assert float(d["tpot_ms"]) < float(rows[0]["tpot_ms"])
+
+
+@pytest.mark.parametrize(
+    ("cells", "fragment"),
+    [
+        ("disagg,2,,1,1,1,1,4,1,1,1", "prefill_tp is required"),
+        ("disagg,2,4,1,1,1,,4,1,1,1", "decode_workers is required"),
+        ("disagg,0,4,1,1,1,1,4,1,1,1", "prefill_workers must be a whole number from 1"),
+        ("disagg,1,4,1,1,1,-1,4,1,1,1", "decode_workers must be a whole number from 1"),
+        ("disagg,1,3,1,1,1,1,4,1,1,1", "prefill_tp: TP 3 does not divide"),
+        ("disagg,1,4,1,1,1,1,4,1,2,1", "decode_ep: EP 2 on dense model"),
+        ("split,1,4,1,1,1,1,4,1,1,1", "mode must be one of agg, disagg"),
+    ],
+)
+def test_bad_disagg_rows_are_refused_naming_the_field(catalog, tmp_path, cells, fragment):
+    body = f"Llama-3.1-70B,H100,,,,,bf16,,1024,128,8,vllm,{cells}\n"
+    body += "Llama-3.1-70B,H100,,,,,bf16,,1024,128,8,vllm,disagg,1,4,1,1,1,1,4,1,1,1\n"
+    rows = predict(tmp_path, body)
+    assert rows[0]["fits"] == "false" and fragment in rows[0]["reason"], rows[0]["reason"]
+    assert rows[1]["fits"] == "true"
+
+
+def test_a_transfer_link_the_gpu_lacks_is_refused(catalog, tmp_path):
+    header = HEADER.strip() + ",kv_link\n"
+    body = (
+        "Llama-3.1-70B,L40S,,,,,fp8,,1024,128,8,vllm,disagg,1,4,1,1,1,1,4,1,1,1,nvlink\n"
+        "Llama-3.1-70B,H100,,,,,bf16,,1024,128,8,vllm,disagg,1,4,1,1,1,1,8,1,1,1,nvlink\n"
+        "Llama-3.1-70B,H100,,,,,bf16,,1024,128,8,vllm,disagg,1,4,1,1,1,1,8,1,1,1,rdma\n"
+        "Llama-3.1-70B,H100,,,,,bf16,,1024,128,8,vllm,disagg,1,4,1,1,1,1,8,1,1,1,pigeon\n"
+    )
+    rows = predict(tmp_path, body, header)
+    assert rows[0]["reason"].startswith("kv_link: L40S has no NVLink")
+    assert rows[1]["reason"].startswith("kv_link: nvlink needs a prefill and a decode worker")
+    assert rows[2]["fits"] == "true"
+    assert rows[3]["reason"].startswith("kv_link must be one of auto, nvlink, rdma")
+
+
+def test_gb300_nvl72_transfer_stays_on_nvlink(catalog, tmp_path):
+    # DeepSeek-R1 FP4 on GB300: 4 prefill TP4 workers and a 16-GPU attention-DP decode worker,
+    # all inside one 72-GPU NVLink domain
+    body = "DeepSeek-R1-0528,GB300,,,,,fp4,,1024,1024,512,trtllm,disagg,4,4,1,4,1,1,1,1,16,16\n"
+    (row,) = predict(tmp_path, body)
+    assert row["fits"] == "true", row["reason"]
+    assert (row["prefill_gpus"], row["decode_gpus"]) == ("16", "16")
+    assert float(row["kv_transfer_ms"]) < 0.5
+
+
+def test_simulate_runs_the_two_pools(catalog, tmp_path):
+    source = tmp_path / "in.csv"
+    source.write_text(
+        HEADER + "Llama-3.1-70B,H100,,,,,bf16,,4096,512,8,vllm,disagg,2,4,1,1,1,1,4,1,1,1\n"
+    )
+    out, sim = tmp_path / "out.csv", tmp_path / "sim.csv"
+    call_command("predict", str(source), "-o", str(out), stderr=io.StringIO())
+    call_command("predict", str(source), "-o", str(sim), "--simulate", stderr=io.StringIO())
+    (analytic,), (simulated,) = csv.DictReader(out.open()), csv.DictReader(sim.open())
+    assert simulated["fits"] == "true", simulated["reason"]
+    # decode-only steps at the same batch: the TPOT medians agree closely
+    assert float(simulated["tpot_ms"]) == pytest.approx(float(analytic["tpot_ms"]), rel=0.1)
+    assert simulated["kv_transfer_ms"] == analytic["kv_transfer_ms"]
+
+
+def test_a_pool_whose_ep_does_not_divide_the_experts_is_refused(catalog, tmp_path):
+    body = "DeepSeek-R1-0528,GB200,,,,,fp4,,1024,1024,64,sglang,disagg,1,4,1,4,1,1,1,1,48,48\n"
+    (row,) = predict(tmp_path, body)
+    assert row["fits"] == "false"
+    assert row["reason"].startswith("decode_ep: EP 48 does not divide"), row["reason"]
