@@ -268,12 +268,13 @@ def per_model(inputs: dict, ranked: list[dict], cells: dict[tuple[str, str], str
     """The model x GPU grid: per model, per GPU its answer (``recommendation``) or why none,
     the cheapest cell, and the model's own API alternative with that cell's break-even."""
     by_key = {r["candidate_key"]: r for r in ranked}
+    disagg = disaggregations(inputs, [by_key[k] for k in cells.values() if k in by_key])
     out = []
     for slug, spec in (inputs.get("models") or {}).items():
         name = spec.get("name", slug)
         rows = [r for r in ranked if r["model_name"] == name]
         per_gpu = [
-            _cell(inputs, rows, by_key.get(cells.get((name, gpu), "")), gpu, gpu_name)
+            _cell(inputs, rows, by_key.get(cells.get((name, gpu), "")), gpu, gpu_name, disagg)
             for gpu, gpu_name in inputs.get("gpu_names", {}).items()
         ]
         answered = [c for c in per_gpu if c["recommended"]]
@@ -290,7 +291,9 @@ def per_model(inputs: dict, ranked: list[dict], cells: dict[tuple[str, str], str
     return out
 
 
-def _cell(inputs: dict, rows: list[dict], row: dict | None, gpu: str, gpu_name: str) -> dict:
+def _cell(
+    inputs: dict, rows: list[dict], row: dict | None, gpu: str, gpu_name: str, disagg: dict
+) -> dict:
     if row is None:
         gpu_rows = [r for r in rows if r["gpu_slug"] == gpu]
         return {
@@ -303,37 +306,62 @@ def _cell(inputs: dict, rows: list[dict], row: dict | None, gpu: str, gpu_name: 
         "gpu": gpu,
         "gpu_name": gpu_name,
         **recommendation(row, inputs),
-        "disaggregation": disaggregation(inputs, row),
+        "disaggregation": disagg.get(row["candidate_key"]),
     }
 
 
-def disaggregation(inputs: dict, row: dict) -> dict | None:
-    """Whether separate prefill and decode pools of this cell's model and GPU would be cheaper
-    under the SLOs than the aggregated layout recommended (``sizing.disagg``: mean-value
-    sizing of both at the scenario's peak x burst, the cell's calibration profile for both);
-    USD per month at the cell's GPU price. None when the row cannot be rebuilt."""
-    from sizing.cost import HOURS_PER_MONTH
-    from sizing.disagg import compare_with_aggregated
+def disaggregations(inputs: dict, rows: list[dict]) -> dict[str, dict | None]:
+    """Per cell row (by candidate key): whether separate prefill and decode pools of its model
+    and GPU would be cheaper under the SLOs than the aggregated layout recommended
+    (``sizing.disagg.compare_cells``: mean-value sizing of both at the scenario's peak x
+    burst, the cell's calibration profile for both, all cells in one vectorized call); USD
+    per month at the cell's GPU price. None when the row cannot be rebuilt."""
+    from sizing.disagg import compare_cells
 
     keys = [c.get("key") for c in inputs.get("candidates") or []]
-    if row.get("candidate_key") not in keys:
-        return None
-    (cand,) = snap.candidates(inputs, [keys.index(row["candidate_key"])])
-    if not math.isfinite(cand.gpu.usd_per_gpu_hour):
-        return None
+    out: dict[str, dict | None] = {r.get("candidate_key"): None for r in rows}
+    wanted = [r["candidate_key"] for r in rows if r.get("candidate_key") in keys]
+    if not wanted:
+        return out
+    cands = snap.candidates(inputs, [keys.index(k) for k in wanted])
+    priced = [(k, c) for k, c in zip(wanted, cands, strict=True)
+              if math.isfinite(c.gpu.usd_per_gpu_hour)]  # fmt: skip
+    if not priced:
+        return out
     traffic, slo, policy = snap.traffic(inputs), snap.slo(inputs), snap.policy(inputs)
-    par = cand.parallelism
-    try:
-        result = compare_with_aggregated(
-            cand.model, cand.gpu, cand.weight_precision, cand.kv_precision,
-            {"tp": par.tp, "pp": par.pp, "ep": par.ep, "dp": par.dp},
-            traffic.prompt_tokens_mean, traffic.output_tokens_mean,
+    cells = [
+        dict(model=c.model, gpu=c.gpu, weight_precision=c.weight_precision,
+             kv_precision=c.kv_precision, engine=c.engine, calibration=c.calibration,
+             aggregated={"tp": c.parallelism.tp, "pp": c.parallelism.pp,
+                         "ep": c.parallelism.ep, "dp": c.parallelism.dp})
+        for _, c in priced
+    ]  # fmt: skip
+    args = (traffic.prompt_tokens_mean, traffic.output_tokens_mean,
             traffic.peak_rps * policy.burst_factor, slo.ttft_ms / 1e3, slo.tpot_ms / 1e3,
-            engine=cand.engine, calibration=cand.calibration,
-            target_utilization=policy.target_utilization,
-        )  # fmt: skip
+            policy.target_utilization)  # fmt: skip
+    try:
+        results = compare_cells(cells, *args)
+    except (ValueError, ZeroDivisionError, FloatingPointError):
+        results = [_compare_one(cell, args) for cell in cells]  # find the cell that fails
+    for (key, _), result in zip(priced, results, strict=True):
+        out[key] = _per_month(result)
+    return out
+
+
+def _compare_one(cell: dict, args: tuple) -> dict:
+    from sizing.disagg import compare_cells
+
+    try:
+        return compare_cells([cell], *args)[0]
     except (ValueError, ZeroDivisionError, FloatingPointError) as exc:
         return {"cheaper": False, "reason": f"not evaluated: {exc}"}
+
+
+def _per_month(result: dict) -> dict:
+    """The comparison's USD per hour as USD per month (None where not finite)."""
+    from sizing.cost import HOURS_PER_MONTH
+
+    result = dict(result)
     for name in ("saving", "disagg", "agg"):
         value = result.pop(f"{name}_usd_per_hour", None)
         if value is not None:

@@ -1471,54 +1471,107 @@ def compare_with_aggregated(
     with ``size_pools`` against the aggregated layout ``aggregated`` (tp, pp, ep, dp) and keeps
     the cheapest meeting the SLOs; then sweeps the prompt/output ratio for that layout.
     Returns a JSON-ready dict (costs in USD per hour at the GPU's price) with its steps.
+    One cell of ``compare_cells``.
     """
-    tps = [t for t in POOL_TP_OPTIONS if t <= gpu.scale_up_domain_gpus
-           and model.num_attention_heads % t == 0]  # fmt: skip
-    pairs = [(p, d) for p in tps for d in tps]
-    if not pairs:
-        return {"cheaper": False, "reason": "no TP divides the attention heads"}
+    cell = dict(model=model, gpu=gpu, weight_precision=weight_precision,
+                kv_precision=kv_precision, aggregated=aggregated, engine=engine,
+                calibration=calibration)  # fmt: skip
+    (result,) = compare_cells([cell], isl, osl, rate_rps, ttft_slo_s, tpot_slo_s,
+                              target_utilization, ratio_grid)  # fmt: skip
+    return result
 
-    def layout(tp: int) -> dict:
-        ep = tp if model.num_experts and model.num_experts % tp == 0 else 1
-        return {"tp": tp, "pp": 1, "ep": ep, "dp": 1}
 
-    n = len(pairs)
+def _pool_layout(model: ModelSpec, tp: int) -> dict:
+    ep = tp if model.num_experts and model.num_experts % tp == 0 else 1
+    return {"tp": tp, "pp": 1, "ep": ep, "dp": 1}
+
+
+def _size_cell_rows(cells: list[dict], rows: list[tuple], isl, osl, rate_rps, slos, u):
+    """One ``size_pools`` call over ``rows`` = (cell index, prefill TP, decode TP, prompt)."""
     fields = ("tp", "pp", "ep", "dp")
+    of = [cells[i] for i, *_ in rows]
     pools = {
-        which: {k: np.array([layout(pair[j])[k] for pair in pairs]) for k in fields}
-        for j, which in enumerate(("prefill", "decode"))
+        which: {
+            k: np.array(
+                [_pool_layout(cell["model"], row[j])[k] for cell, row in zip(of, rows, strict=True)]
+            )  # fmt: skip
+            for k in fields
+        }
+        for j, which in ((1, "prefill"), (2, "decode"))
     }
-    agg = {k: np.full(n, aggregated[k]) for k in ("tp", "pp", "ep", "dp")}
-    options = dict(engine=engine, calibration=calibration, target_utilization=target_utilization)
-    sized = size_pools([model] * n, [gpu] * n, pools["prefill"], pools["decode"], agg,
-                       weight_precision, kv_precision, isl, osl, rate_rps, ttft_slo_s,
-                       tpot_slo_s, **options)  # fmt: skip
+    agg = {k: np.array([cell["aggregated"][k] for cell in of]) for k in fields}
+    return size_pools(
+        [cell["model"] for cell in of], [cell["gpu"] for cell in of], pools["prefill"],
+        pools["decode"], agg, [cell["weight_precision"] for cell in of],
+        [cell["kv_precision"] for cell in of], np.array([row[3] for row in rows]), osl,
+        rate_rps, *slos, engine=[cell["engine"] or EngineSettings() for cell in of],
+        calibration=[cell["calibration"] or Calibration() for cell in of],
+        target_utilization=u,
+    )  # fmt: skip
+
+
+def compare_cells(
+    cells: list[dict],
+    isl: float,
+    osl: float,
+    rate_rps: float,
+    ttft_slo_s: float,
+    tpot_slo_s: float,
+    target_utilization: float = 1.0,
+    ratio_grid: Sequence[float] = (0.25, 1, 4, 16),
+) -> list[dict]:
+    """``compare_with_aggregated`` for many cells (model, gpu, weight_precision,
+    kv_precision, aggregated, engine, calibration) of one scenario: every cell's layouts in
+    one vectorized ``size_pools`` call, and every cell's prompt-ratio sweep in another
+    (a run summary's dozen cells cost what one did)."""
+    out: list[dict | None] = [None] * len(cells)
+    rows = []
+    for i, cell in enumerate(cells):
+        model, gpu = cell["model"], cell["gpu"]
+        tps = [t for t in POOL_TP_OPTIONS if t <= gpu.scale_up_domain_gpus
+               and model.num_attention_heads % t == 0]  # fmt: skip
+        if not tps:
+            out[i] = {"cheaper": False, "reason": "no TP divides the attention heads"}
+        rows += [(i, p, d, float(isl)) for p in tps for d in tps]
+    if not rows:
+        return out
+    slos, u = (ttft_slo_s, tpot_slo_s), target_utilization
+    sized = _size_cell_rows(cells, rows, isl, osl, rate_rps, slos, u)
     cost = np.where(sized.meets_slo, sized.disagg_usd_per_hour, np.inf)
-    best = int(np.argmin(cost))
-    agg_usd = float(sized.agg_usd_per_hour[best])
-    if not np.isfinite(cost[best]):
-        return {"cheaper": False, "reason": "no disaggregated layout meets the SLOs",
-                "agg_usd_per_hour": agg_usd}  # fmt: skip
-    p_tp, d_tp = pairs[best]
-    one = {k: np.array([v[best]]) for k, v in pools["prefill"].items()}
-    two = {k: np.array([v[best]]) for k, v in pools["decode"].items()}
-    agg_one = {k: np.array([v]) for k, v in aggregated.items() if k in ("tp", "pp", "ep", "dp")}
+    cell_of = np.array([row[0] for row in rows])
+    best_row: dict[int, int] = {}
+    for i in range(len(cells)):
+        mine = np.flatnonzero(cell_of == i)
+        if len(mine) == 0:
+            continue
+        best = int(mine[np.argmin(cost[mine])])
+        if not np.isfinite(cost[best]):
+            out[i] = {"cheaper": False, "reason": "no disaggregated layout meets the SLOs",
+                      "agg_usd_per_hour": float(sized.agg_usd_per_hour[best])}  # fmt: skip
+            continue
+        best_row[i] = best
     ratios = np.asarray(ratio_grid, dtype=np.float64)
-    k = len(ratios)
-    sweep = size_pools([model] * k, [gpu] * k, {a: np.repeat(b, k) for a, b in one.items()},
-                       {a: np.repeat(b, k) for a, b in two.items()},
-                       {a: np.repeat(b, k) for a, b in agg_one.items()}, weight_precision,
-                       kv_precision, ratios * osl, osl, rate_rps, ttft_slo_s, tpot_slo_s,
-                       **options)  # fmt: skip
+    sweep_rows = [(i, rows[b][1], rows[b][2], float(r * osl)) for i, b in best_row.items()
+                  for r in ratios]  # fmt: skip
+    sweep = _size_cell_rows(cells, sweep_rows, isl, osl, rate_rps, slos, u) if sweep_rows \
+        else None  # fmt: skip
+    for k, (i, best) in enumerate(best_row.items()):
+        model = cells[i]["model"]
+        saving_by_ratio = sweep.saving_usd_per_hour[k * len(ratios) : (k + 1) * len(ratios)]
+        out[i] = _cell_result(sized, best, model, rows[best], ratios, saving_by_ratio)
+    return out
+
+
+def _cell_result(sized, best: int, model: ModelSpec, row: tuple, ratios, saving_by_ratio):
     saving = float(sized.saving_usd_per_hour[best])
-    ratio = _stays_from(ratios, sweep.saving_usd_per_hour)
+    ratio = _stays_from(ratios, saving_by_ratio)
     return {
         "cheaper": bool(saving > 0),
         "saving_usd_per_hour": saving,
         "disagg_usd_per_hour": float(sized.disagg_usd_per_hour[best]),
-        "agg_usd_per_hour": agg_usd,
-        "prefill": {"workers": int(sized.prefill_workers[best]), **layout(p_tp)},
-        "decode": {"workers": int(sized.decode_workers[best]), **layout(d_tp)},
+        "agg_usd_per_hour": float(sized.agg_usd_per_hour[best]),
+        "prefill": {"workers": int(sized.prefill_workers[best]), **_pool_layout(model, row[1])},
+        "decode": {"workers": int(sized.decode_workers[best]), **_pool_layout(model, row[2])},
         "prefill_gpus": int(sized.prefill_gpus[best]),
         "decode_gpus": int(sized.decode_gpus[best]),
         "pd_ratio": float(sized.pd_ratio[best]),
@@ -1527,7 +1580,7 @@ def compare_with_aggregated(
         "breakeven_prompt_ratio": ratio if math.isfinite(ratio) else None,
         "ratio_grid": [float(r) for r in ratios],
         "ratio_saving_usd_per_hour": [
-            float(v) if math.isfinite(v) else None for v in sweep.saving_usd_per_hour
+            float(v) if math.isfinite(v) else None for v in saving_by_ratio
         ],
         "steps": [s.as_dict() for s in sized.steps(best)],
     }
