@@ -59,3 +59,5 @@ def test_the_run_page_shows_the_pools_in_each_cell(client, catalog):
     d = cell["disaggregation"]
     label = f"Disaggregated {d['prefill']['workers']}P×TP{d['prefill']['tp']}"
     assert label in page and f"({d['prefill_gpus']}:{d['decode_gpus']} GPUs)" in page
+    # the pools' own cost is shown beside the aggregated cost of the same (mean-value) method
+    assert "aggregated, both mean-value" in page
