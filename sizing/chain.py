@@ -224,6 +224,32 @@ def derive(c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int) -> tu
     )
 
 
+def _usable_step(c: CandidateArrays, fit: MemoryFit, i: int) -> Step:
+    """What the engine may fill per GPU: a share of all HBM, or (TensorRT-LLM) the weights
+    plus a share of what they leave free (``memory.usable_bytes_per_gpu``)."""
+    inputs = [
+        q("HBM_bytes", c.memory_bytes[i], "B"),
+        q("gpu_memory_utilization", c.gpu_memory_utilization[i], ""),
+    ]
+    if c.kv_share_of_free[i] <= 0:
+        return step("usable_gb_per_gpu", "HBM_bytes * gpu_memory_utilization / 1e9", inputs,
+                    fit.usable_bytes_per_gpu[i] / GB, "GB")  # fmt: skip
+    reserved = (
+        fit.weights_bytes_per_gpu[i]
+        + fit.workspace_bytes_per_gpu[i]
+        + fit.runtime_overhead_bytes[i]
+    )
+    return step(
+        "usable_gb_per_gpu",
+        "(HBM_bytes * gpu_memory_utilization + (1 - gpu_memory_utilization) * reserved) / 1e9",
+        [*inputs, q("reserved", reserved, "B (weights + workspace + runtime, loaded first)")],
+        fit.usable_bytes_per_gpu[i] / GB,
+        "GB",
+        "TensorRT-LLM sizes its KV pool as free_gpu_memory_fraction of the memory left after "
+        "the model loads",
+    )
+
+
 def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
     s: list[Step] = []
     b_w, b_kv = c.weight_bytes_per_param[i], c.kv_bytes_per_element[i]
@@ -267,18 +293,7 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
             "GB",
         )
     )
-    s.append(
-        step(
-            "usable_gb_per_gpu",
-            "HBM_bytes * gpu_memory_utilization / 1e9",
-            [
-                q("HBM_bytes", c.memory_bytes[i], "B"),
-                q("gpu_memory_utilization", c.gpu_memory_utilization[i], ""),
-            ],
-            fit.usable_bytes_per_gpu[i] / GB,
-            "GB",
-        )
-    )
+    s.append(_usable_step(c, fit, i))
     s.append(
         step(
             "workspace_gb_per_gpu",

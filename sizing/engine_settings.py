@@ -119,7 +119,10 @@ def min_gpu_memory_utilization(c: CandidateArrays, fit: MemoryFit) -> np.ndarray
     ctx = np.maximum(fit.context_tokens, c.max_model_len)
     one = kv_bytes_per_sequence_per_gpu(c, allocated_context(c, ctx))
     need = fit.weights_bytes_per_gpu + fit.workspace_bytes_per_gpu + c.runtime_overhead_bytes
-    return (need + one) / c.memory_bytes
+    with np.errstate(divide="ignore", invalid="ignore"):
+        of_free = np.where(c.memory_bytes > need, one / (c.memory_bytes - need), np.inf)
+    # a share of all HBM (vLLM, SGLang) or of what the model leaves free (TensorRT-LLM)
+    return np.where(c.kv_share_of_free > 0, of_free, (need + one) / c.memory_bytes)
 
 
 def max_chunk_budget(c: CandidateArrays, fit: MemoryFit) -> np.ndarray:
@@ -128,7 +131,12 @@ def max_chunk_budget(c: CandidateArrays, fit: MemoryFit) -> np.ndarray:
     < 0)."""
     ctx = np.maximum(fit.context_tokens, c.max_model_len)
     one = kv_bytes_per_sequence_per_gpu(c, allocated_context(c, ctx))
-    room = fit.usable_bytes_per_gpu - fit.weights_bytes_per_gpu - c.runtime_overhead_bytes - one
+    held = fit.weights_bytes_per_gpu + c.runtime_overhead_bytes
+    room = c.memory_bytes * c.gpu_memory_utilization - held - one
+    # TensorRT-LLM: the pool u (HBM - held - workspace) must hold one sequence
+    with np.errstate(divide="ignore"):
+        room_of_free = c.memory_bytes - held - one / c.gpu_memory_utilization
+    room = np.where(c.kv_share_of_free > 0, room_of_free, room)
     return np.floor(room / (c.hidden_size * c.workspace_bytes_per_token_hidden))
 
 

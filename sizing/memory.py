@@ -192,9 +192,22 @@ def kv_bytes_per_request_per_gpu(c: CandidateArrays, context_tokens: np.ndarray)
 
 
 # ---------------------------------------------------------------------------- budget
-def usable_bytes_per_gpu(c: CandidateArrays) -> np.ndarray:
-    """``HBM * gpu_memory_utilization`` (B): 80 GB * 0.90 = 72.0 GB on an H100."""
-    return c.memory_bytes * c.gpu_memory_utilization
+def usable_bytes_per_gpu(
+    c: CandidateArrays, reserved_bytes: np.ndarray | float = 0.0
+) -> np.ndarray:
+    """Memory the engine may fill per GPU (B), weights and KV pool included.
+
+    vLLM (``gpu_memory_utilization``) and SGLang (``mem_fraction_static``) take a share u of
+    all HBM: ``HBM * u`` (80 GB * 0.90 = 72.0 GB on an H100). TensorRT-LLM's KV pool is
+    ``free_gpu_memory_fraction`` of the memory still free once the model is loaded ("90 %
+    of free GPU memory", NVIDIA TensorRT-LLM docs, How to Change KV Cache Behavior), so
+    with ``reserved_bytes`` R (weights + workspace + runtime, held first) the KV budget
+    ``usable - R`` is ``u (HBM - R)``: ``usable = HBM * u + (1 - u) * R``. For Llama 3.1 70B
+    fp8 on one H100 (R = 76.3 GB of 85.5 GB) that is 8.3 GB of KV instead of 0.7 GB.
+    """
+    u = c.gpu_memory_utilization
+    of_free = c.memory_bytes * u + (1.0 - u) * np.asarray(reserved_bytes, dtype=np.float64)
+    return np.where(c.kv_share_of_free > 0, of_free, c.memory_bytes * u)
 
 
 def workspace_bytes_per_gpu(c: CandidateArrays) -> np.ndarray:
@@ -307,8 +320,8 @@ def fit_memory(
     code = structural_reason_codes(c, ctx, num_gpus)
     weights_total = weights_bytes_total(c)
     weights_gpu = weights_bytes_per_gpu(c)
-    usable = usable_bytes_per_gpu(c)
     workspace = workspace_bytes_per_gpu(c)
+    usable = usable_bytes_per_gpu(c, weights_gpu + workspace + c.runtime_overhead_bytes)
     budget = usable - weights_gpu - workspace - c.runtime_overhead_bytes
     pinned, draft_w = pinned_prefix_bytes_per_gpu(c), draft_weight_bytes_per_gpu(c)
     draft_kv, adapters = draft_kv_bytes_per_token_per_gpu(c), lora_resident_bytes_per_gpu(c)

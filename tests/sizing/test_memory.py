@@ -20,6 +20,7 @@ from sizing.memory import (
     weights_bytes_per_gpu,
     weights_bytes_total,
 )
+from sizing.specs import EngineSettings
 
 EMBED_70B = 128256 * 8192  # 1,050,673,152 params
 
@@ -50,6 +51,24 @@ def test_70b_bf16_tp8_budget_capacity_and_concurrency():
     assert fit.kv_capacity_tokens[0] == 1_239_059
     # at 2,048 tokens per sequence: 83,886,080 B -> floor(605.01) = 605 users
     assert fit.max_concurrency[0] == 605
+
+
+def test_tensorrt_llm_sizes_its_kv_pool_from_the_memory_the_model_leaves_free():
+    # given the same TP8 layout on TensorRT-LLM, whose free_gpu_memory_fraction 0.90 is a
+    # share of the memory left once weights (17.6375 GB), workspace (1.610612736 GB) and
+    # runtime (2 GB) are loaded: 0.9 * (80e9 - 21.248112736e9) = 52,876,698,537.6 B
+    trt = CandidateArrays.build(LLAMA_70B, H100, "bf16", tp=8, engine=EngineSettings("trtllm"))
+    fit = fit_memory(trt, 2048)
+    assert fit.kv_budget_bytes_per_gpu[0] == pytest.approx(52_876_698_537.6, abs=1)
+    # then floor(52,876,698,537.6 / 40,960) = 1,290,935 tokens and 630 users at 2,048 tokens,
+    # against vLLM's 1,239,059 and 605 (a share of all HBM, weights inside it)
+    assert fit.kv_capacity_tokens[0] == 1_290_935
+    assert fit.max_concurrency[0] == 630
+    # and Llama 3.1 70B fp8 (72.7 GB) fits this 80 GB H100 on TensorRT-LLM, not on vLLM
+    one_trt = CandidateArrays.build(LLAMA_70B, H100, "fp8", engine=EngineSettings("trtllm"))
+    one_vllm = CandidateArrays.build(LLAMA_70B, H100, "fp8")
+    assert fit_memory(one_trt, 2048).fits[0]
+    assert not fit_memory(one_vllm, 2048).fits[0]
 
 
 def test_quantized_weights_keep_embedding_and_lm_head_in_bf16():
