@@ -41,7 +41,7 @@ from sizing.tail_search import (
 
 #: Bumped whenever the simulator, the search or their constants change meaning, so cached
 #: searches from before are never reused.
-SIMULATION_VERSION = 2
+SIMULATION_VERSION = 3
 QUANTILES = (50, 95, 99)
 
 
