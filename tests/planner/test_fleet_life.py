@@ -4,7 +4,8 @@ bad input refused by field."""
 import pytest
 from django.core.exceptions import ValidationError
 
-from planner import services
+from planner import services, tails
+from sizing import burst_check
 from sizing.derivation import evaluate
 from tests.factories import make_scenario
 
@@ -140,3 +141,28 @@ def test_exports_carry_the_fleet_life_columns(run):
     assert values["scale_up_cooldown_s"] == entry["autoscaling"]["scale_up_cooldown_s"]
     inputs = {r[0].value: r[1].value for r in book["inputs"].iter_rows() if r[0].value}
     assert inputs["cold_start.weights_gb_s (given)"] == 5.0
+
+
+def test_worst_burst_checked_with_the_simulator(run):
+    # given a run whose autoscaling block states a 0.5 req/s per s ramp
+    entry = run.summary["per_gpu"][0]
+    burst = entry["autoscaling"]["burst"]
+    sim = burst["simulated"]
+    # then the simulator's share of the worst window sits beside the fluid model's
+    assert sim["fluid_slo_share"] == burst["slo_share"]
+    assert 0.0 <= sim["slo_share"] <= 1.0
+    assert 0 < sim["requests"] <= 2 * burst_check.MAX_REQUESTS
+    assert sim["percentile"] == 95.0
+    assert sim["ttft_ms_at_percentile"] > 0 and sim["tpot_ms_at_percentile"] > 0
+    # the derivation carries the simulation step with the same number
+    (step,) = [s for s in entry["lifecycle_steps"] if s["name"] == "burst_simulated_slo_share"]
+    assert step["value"] == sim["slo_share"] and step["kind"] == "simulation"
+    assert step["stage"] == "Autoscaling"
+    # seeded from the candidate's inputs (as its tail search is): a rerun replays the trace
+    index = [c["key"] for c in run.inputs["candidates"]].index(entry["recommended"])
+    assert sim["seed"] == tails.seed_for(tails.cache_key(run.inputs, index))
+
+
+def test_no_burst_no_simulated_check(catalog):
+    run = services.sizing_run_start(scenario=make_scenario(**SMALL))
+    assert run.summary["per_gpu"][0]["autoscaling"]["burst"]["simulated"] is None
