@@ -171,7 +171,12 @@ class ColdStartSerializer(serializers.Serializer):
     registry_gb_s = serializers.FloatField(required=False, allow_null=True, help_text="GB/s, > 0")
     image_cached = serializers.BooleanField(required=False, allow_null=True)
     weights_source = serializers.ChoiceField(
-        choices=list(WEIGHTS_SOURCES), required=False, allow_null=True
+        choices=list(WEIGHTS_SOURCES),
+        required=False,
+        allow_null=True,
+        error_messages={
+            "invalid_choice": f"must be one of {', '.join(WEIGHTS_SOURCES)}, got {{input!r}}"
+        },
     )
     weights_gb_s = serializers.FloatField(required=False, allow_null=True, help_text="GB/s, > 0")
     init_s = serializers.FloatField(required=False, allow_null=True, help_text="s")

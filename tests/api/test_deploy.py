@@ -123,6 +123,30 @@ def test_ui_button_downloads_the_same_yaml(client, run, user):
     assert {"chart-fleet-day", "chart-own-rent-api"} <= ids
 
 
+#: (block, value, the field named, the limit said): negative bandwidth, 0 years, PUE < 1,
+#: spot share outside [0, 1] and the rest of the issue's bad input
+BAD_BLOCKS = [
+    ("ownership", {"pue": 0.9}, "ownership.pue", "at least 1"),
+    ("ownership", {"depreciation_years": 0}, "ownership.depreciation_years", "greater than 0"),
+    ("ownership", {"usd_per_kwh": -0.1}, "ownership.usd_per_kwh", "at least 0"),
+    ("ownership", {"cost_of_capital": 1.5}, "ownership.cost_of_capital", "at most 1"),
+    ("cold_start", {"weights_gb_s": -2}, "cold_start.weights_gb_s", "at least 0.01"),
+    ("cold_start", {"registry_gb_s": -1}, "cold_start.registry_gb_s", "at least 0.01"),
+    ("cold_start", {"weights_source": "tape"}, "cold_start.weights_source", "one of"),
+    ("cold_start", {"image_cached": "maybe"}, "cold_start.image_cached", "valid boolean"),
+    ("autoscaling", {"spot_share": 1.5}, "autoscaling.spot_share", "at most 1"),
+    ("autoscaling", {"spot_share": -0.1}, "autoscaling.spot_share", "at least 0"),
+    ("autoscaling", {"burst_s": 0}, "autoscaling.burst_s", "greater than 0"),
+    ("autoscaling", {"min_replicas": -1}, "autoscaling.min_replicas", "at least 0"),
+    (
+        "autoscaling",
+        {"spot_interruptions_per_hour": -1},
+        "autoscaling.spot_interruptions_per_hour",
+        "at least 0",
+    ),
+]
+
+
 def test_api_blocks_round_trip_and_bad_values_name_the_field(catalog, api):
     from tests.api.test_api import body
 
@@ -133,17 +157,23 @@ def test_api_blocks_round_trip_and_bad_values_name_the_field(catalog, api):
     assert created.status_code == 201, created.json()
     back = api.get(f"/api/v1/scenarios/{created.json()['id']}/").json()
     assert back["cold_start"] == data["cold_start"] and back["ownership"] == data["ownership"]
-    for block, value, field in (
-        ("ownership", {"pue": 0.9}, "ownership.pue"),
-        ("ownership", {"depreciation_years": 0}, "ownership.depreciation_years"),
-        ("cold_start", {"weights_gb_s": -2}, "cold_start.weights_gb_s"),
-        ("cold_start", {"weights_source": "tape"}, "cold_start.weights_source"),
-    ):
+    from planner.models import Scenario
+
+    saved = Scenario.objects.count()
+    for block, value, field, limit in BAD_BLOCKS:
         bad = body()
         bad[block] = value
         answer = api.post("/api/v1/scenarios/", bad, format="json")
         assert answer.status_code == 400
-        assert field in answer.json()["errors"], answer.json()
+        errors = answer.json()["errors"]
+        assert field in errors, answer.json()
+        assert limit in " ".join(errors[field])
+        # nothing saved, and an update with the same value leaves the stored block alone
+        assert Scenario.objects.count() == saved
+        url = f"/api/v1/scenarios/{created.json()['id']}/"
+        patched = api.patch(url, {block: value}, format="json")
+        assert patched.status_code == 400 and field in patched.json()["errors"]
+        assert api.get(url).json()[block] == data.get(block, {}), block
 
 
 def test_multi_node_replica_is_a_leader_worker_set(api, catalog, user):
