@@ -160,6 +160,7 @@ def fleet_life(row: dict, inputs: dict, usd_per_gpu_hour: float) -> dict | None:
             "weights_source": cs_in.weights_source,
             "weights_gb_s": cs_in.source_gb_s,
             "defaults": list(cs_in.defaults),
+            "default_sources": coldstart.default_sources(cs_in),
         },
         "warm_pool_replicas": pol.warm_pool_replicas,
         "autoscaling": {
@@ -167,6 +168,7 @@ def fleet_life(row: dict, inputs: dict, usd_per_gpu_hour: float) -> dict | None:
             "enabled": as_in.enabled,
             "spot_share": as_in.spot_share,
             "defaults": list(as_in.defaults),
+            "default_sources": autoscale.default_sources(as_in),
             "burst": burst,
         },
         "autoscaled_usd_per_month": auto_usd if usd_per_gpu_hour > 0 else None,
@@ -292,7 +294,8 @@ def _tco(row, inputs, usd_per_gpu_hour, auto_usd, fixed_usd) -> tuple[dict | Non
         return {"owned_usd_per_gpu_hour": node.usd_per_gpu_hour, "breakeven_utilization": None,
                 "owned_usd_per_month": None, "rented_usd_per_month": None,
                 "months_to_breakeven": None, "note": "no GPU price: nothing to compare",
-                "defaults": list(own_in.defaults)}, node_steps  # fmt: skip
+                "defaults": list(own_in.defaults),
+                "default_sources": ownership.default_sources(own_in)}, node_steps  # fmt: skip
     rented = auto_usd if auto_usd is not None else fixed_usd
     t = inputs.get("traffic") or {}
     tokens = t.get("mean_rps", 0.0) * (
@@ -302,7 +305,11 @@ def _tco(row, inputs, usd_per_gpu_hour, auto_usd, fixed_usd) -> tuple[dict | Non
         node, row["gpus"], usd_per_gpu_hour, rented, tokens * 3600 * HOURS_PER_MONTH,
         own_in.depreciation_years,
     )  # fmt: skip
-    out = result.as_dict() | {"defaults": list(own_in.defaults), "tdp_w": tdp}
+    out = result.as_dict() | {
+        "defaults": list(own_in.defaults),
+        "default_sources": ownership.default_sources(own_in),
+        "tdp_w": tdp,
+    }
     out["curve"] = _curve(row, inputs, node.usd_per_gpu_hour, usd_per_gpu_hour)
     return out, node_steps + steps
 

@@ -119,6 +119,13 @@ def test_ui_button_downloads_the_same_yaml(client, run, user):
     ui = client.get(f"/runs/{run.pk}/deploy/", {"gpu": "h100_sxm"})
     assert ui.status_code == 200
     assert ui.content.decode() == deploy.deploy_yaml(run, "h100_sxm")
+    html = page.content.decode()
+    # the worst burst checked with the simulator, beside the fluid model, and each default's
+    # source beside it
+    sim = run.summary["per_gpu"][0]["autoscaling"]["burst"]["simulated"]
+    assert "Checked with the simulator" in html and f"{sim['requests']:,} requests" in html
+    assert "Where the defaults come from" in html
+    assert "https://www.cbre.com/insights/reports/north-america-data-center-trends-h2-2024" in html
     ids = {c["id"] for c in page.context["charts"]}
     assert {"chart-fleet-day", "chart-own-rent-api"} <= ids
 

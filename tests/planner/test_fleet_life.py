@@ -64,6 +64,14 @@ def test_defaults_apply_and_say_so(catalog):
     assert "weights_source" in entry["cold_start_s"]["defaults"]
     assert "pue" in entry["tco"]["defaults"]
     assert entry["autoscaling"]["defaults"]
+    # each default says where its figure comes from, in the summary and the derivation
+    for block in (entry["cold_start_s"], entry["autoscaling"], entry["tco"]):
+        assert set(block["default_sources"]) == set(block["defaults"])
+    assert "Uptime Institute" in entry["tco"]["default_sources"]["pue"]
+    assert "PM9A3" in entry["cold_start_s"]["default_sources"]["weights_gb_s"]
+    assert "60-91%" in entry["autoscaling"]["default_sources"]["spot_discount"]
+    (total,) = [s for s in entry["lifecycle_steps"] if s["name"] == "cold_start_s"]
+    assert "image_gb = 12 GB" in total["note"]
     # the default ramp is the burst factor reached within the burst: 20 * 0.5 / 60 req/s/s
     assert entry["autoscaling"]["ramp_rps_per_s"] == pytest.approx(20 * 0.5 / 60)
     # one answer, one self-host-only cost: the hybrid split sizes with the burst factor too

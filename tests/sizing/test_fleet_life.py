@@ -21,15 +21,20 @@ def _formula_steps_evaluate(steps):
 
 # ------------------------------------------------------------------ cold start
 def test_cold_start_chain_70b_tp8_from_nvme():
-    # given 141.12 GB over 8 GPUs (17.64 GB each) from NVMe at 7 GB/s, a 10 GB image at 0.5 GB/s
+    # given 141.12 GB over 8 GPUs (17.64 GB each) from NVMe at 6.5 GB/s, a 12 GB image at
+    # 0.5 GB/s (the defaults)
     inputs = coldstart.from_block({"weights_source": "nvme"})
     # when
     result, steps = coldstart.cold_start(inputs, 17.64, 8)
-    # then every link is its own number: 20 s pull, 17.64 * 8 / 7 = 20.16 s load, 30 + 10 + 2
-    assert result.image_pull_s == pytest.approx(20.0)
-    assert result.weight_load_s == pytest.approx(20.16)
-    assert result.cold_start_s == pytest.approx(82.16)
-    assert "141.1 GB over 8 GPUs from nvme at 7 GB/s" in steps[1].note
+    # then every link is its own number: 24 s pull, 17.64 * 8 / 6.5 = 21.711 s load,
+    # 30 + 17 + 2 s init, graphs, warm-up
+    assert result.image_pull_s == pytest.approx(24.0)
+    assert result.weight_load_s == pytest.approx(17.64 * 8 / 6.5)
+    assert result.cold_start_s == pytest.approx(24 + 21.7108 + 49, abs=1e-4)
+    assert "141.1 GB over 8 GPUs from nvme at 6.5 GB/s" in steps[1].note
+    # the total's note lists each default with its source
+    assert "image_gb = 12 GB" in steps[-1].note and "issues/27154" in steps[-1].note
+    assert "weights_gb_s = 6.5 GB/s" in steps[-1].note and "PM9A3" in steps[-1].note
     assert "weights_gb_s" in inputs.defaults and "weights_source" not in inputs.defaults
     _formula_steps_evaluate(steps)
 
@@ -41,7 +46,7 @@ def test_cold_start_cached_image_and_per_gpu_source():
     # then no pull, 17.64 / 50 = 0.3528 s load
     assert result.image_pull_s == 0.0
     assert result.weight_load_s == pytest.approx(0.3528)
-    assert result.cold_start_s == pytest.approx(0.3528 + 5 + 10 + 2)
+    assert result.cold_start_s == pytest.approx(0.3528 + 5 + 17 + 2)
     _formula_steps_evaluate(steps)
 
 
@@ -174,9 +179,31 @@ def test_owned_gpu_hour_worked_number():
     assert node.capital_usd_per_hour == pytest.approx(250_000 * crf / 8760)
     assert node.node_kw == pytest.approx(10.2)
     assert node.power_usd_per_hour == pytest.approx(10.2 * 1.58 * 0.08)
-    assert node.colo_usd_per_hour == pytest.approx(10.2 * 180 / 730)
-    assert node.usd_per_gpu_hour == pytest.approx(1.4546, abs=1e-4)
+    assert node.colo_usd_per_hour == pytest.approx(10.2 * 184.06 / 730)
+    # 7.1477 + 1.2893 + 2.5718 + 0.6849 = 11.6937 $/node-hour over 8 GPUs
+    assert node.usd_per_gpu_hour == pytest.approx(1.4617, abs=1e-4)
+    # the step that says "default" names each default's figure and source
+    note = steps[-1].note
+    assert "capex_usd_per_node" not in note
+    for name in ("pue", "usd_per_kwh", "colo_usd_per_kw_month", "ops_usd_per_node_month"):
+        assert f"{name} = " in note
+    assert "Uptime Institute" in note and "CBRE" in note and "assumption" in note
     _formula_steps_evaluate(steps)
+
+
+def test_every_default_carries_its_source():
+    # given no block at all: every field is a default, and every default names its source
+    for module in (coldstart, autoscale, ownership):
+        inputs = module.from_block(None)
+        sources = module.default_sources(inputs)
+        assert set(sources) == set(module.FIELDS) - {"weights_gb_s"} | (
+            {"weights_gb_s"} if module is coldstart else set()
+        )
+        for name, text in sources.items():
+            # a URL or a named document, or it says it is ours
+            assert any(w in text for w in ("http", "assumption", "design choice", "derived")), name
+    for source, text in coldstart.WEIGHTS_GB_S_SOURCES.items():
+        assert f"{coldstart.WEIGHTS_GB_S[source]:g} GB/s" in text
 
 
 def test_tco_breakeven_and_months():
