@@ -134,9 +134,12 @@ def fleet_life(row: dict, inputs: dict, usd_per_gpu_hour: float) -> dict | None:
     w = _residence_s(row, traffic)
     serving = int(d.get("serving_replicas") or row["replicas"])
     as_in = autoscale.from_block(blocks.get("autoscaling"))
+    # the warm pool the fixed fleet was sized with (from the burst when one is stated): the
+    # autoscaled day holds the same one
+    warm = d.get("warm_pool_replicas")
     pol, pol_steps = autoscale.design(
         as_in, x, w, policy.target_utilization, serving, traffic.peak_rps,
-        policy.burst_factor, t_cold,
+        policy.burst_factor, t_cold, int(warm) if warm is not None else None,
     )  # fmt: skip
     slack = _slack_s(row, inputs.get("slo") or {})
     hourly = be.daily_profile_rps(traffic)

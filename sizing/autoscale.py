@@ -120,6 +120,15 @@ class ScalingPolicy:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def burst_ramp_rps_per_s(inputs: AutoscalingInputs, peak_rps: float, burst_factor: float):
+    """The burst's ramp (req/s per s): the block's, else the policy's burst factor reached
+    within ``burst_s``, ``peak_rps * (burst_factor - 1) / burst_s``. A burst is stated when
+    it is above 0."""
+    if inputs.burst_ramp_rps_per_s is not None:
+        return float(inputs.burst_ramp_rps_per_s)
+    return peak_rps * (burst_factor - 1.0) / inputs.burst_s
+
+
 def design(
     inputs: AutoscalingInputs,
     capacity_rps: float,
@@ -129,16 +138,21 @@ def design(
     peak_rps: float,
     burst_factor: float,
     cold_start_s: float,
+    warm_pool_replicas: int | None = None,
 ) -> tuple[ScalingPolicy, list[Step]]:
-    """The policy for one candidate, with its derivation steps."""
+    """The policy for one candidate, with its derivation steps. ``warm_pool_replicas``: the
+    warm pool the fleet was sized with (``sizing.fleet.burst_warm_pool``, which shows its
+    step in the fleet stage); None sizes it here from the ramp."""
     x, w, u, s = capacity_rps, residence_s, target_utilization, serving_at_peak
     target = x * w * u
     down = target * (s - 1) / s if s > 1 else 0.0
-    ramp = inputs.burst_ramp_rps_per_s
-    ramp_given = ramp is not None
-    if not ramp_given:
-        ramp = peak_rps * (burst_factor - 1.0) / inputs.burst_s
-    warm = int(headroom.warm_pool_for_cold_start(ramp, cold_start_s, x)) if x > 0 else 0
+    ramp_given = inputs.burst_ramp_rps_per_s is not None
+    ramp = burst_ramp_rps_per_s(inputs, peak_rps, burst_factor)
+    from_fleet = warm_pool_replicas is not None
+    if from_fleet:
+        warm = int(warm_pool_replicas)
+    else:
+        warm = int(headroom.warm_pool_for_cold_start(ramp, cold_start_s, x)) if x > 0 else 0
     up_cool = math.ceil(cold_start_s)
     down_cool = max(inputs.burst_s, HPA_SCALE_DOWN_WINDOW_S)
     min_r = min(inputs.min_replicas, s)
@@ -212,19 +226,22 @@ def design(
             "s",
         ),
         ramp_step,
-        step(
-            "warm_pool_replicas",
-            "ceil(ramp * cold_start_s / X)",
-            [
-                q("ramp", ramp, "req/s per s"),
-                q("cold_start_s", cold_start_s, "s"),
-                q("X", x, "req/s per replica"),
-            ],  # fmt: skip
-            warm,
-            "replicas",
-            "what the ramp needs while a new replica boots (Little on the ramp)",
-        ),
     ]
+    if not from_fleet:
+        steps.append(
+            step(
+                "warm_pool_replicas",
+                "ceil(ramp * cold_start_s / X)",
+                [
+                    q("ramp", ramp, "req/s per s"),
+                    q("cold_start_s", cold_start_s, "s"),
+                    q("X", x, "req/s per replica"),
+                ],  # fmt: skip
+                warm,
+                "replicas",
+                "what the ramp needs while a new replica boots (Little on the ramp)",
+            )
+        )
     return policy, steps
 
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+import numpy as np
+
 from sizing.derivation import Step, defaults_note, q, step
 
 WEIGHTS_SOURCES = ("object_store", "nvme", "page_cache", "peer")
@@ -165,14 +167,36 @@ class ColdStart:
         }
 
 
+def image_pull_s(inputs: ColdStartInputs) -> float:
+    return 0.0 if inputs.image_cached else inputs.image_gb / inputs.registry_gb_s
+
+
+def weight_load_s(inputs: ColdStartInputs, weights_gb_per_gpu, gpus_per_replica):
+    """``weights_gb_per_gpu * gpus_sharing_source / weights_gb_s`` (s; arrays welcome)."""
+    shared = inputs.weights_source in SHARED_SOURCES
+    gpus = gpus_per_replica if shared else 1
+    return np.asarray(weights_gb_per_gpu, dtype=np.float64) * gpus / inputs.source_gb_s
+
+
+def cold_start_s(inputs: ColdStartInputs, weights_gb_per_gpu, gpus_per_replica) -> np.ndarray:
+    """The chain's total for n candidates at once (s): the same links as ``cold_start``."""
+    return (
+        image_pull_s(inputs)
+        + weight_load_s(inputs, weights_gb_per_gpu, gpus_per_replica)
+        + inputs.init_s
+        + inputs.graph_capture_s
+        + inputs.warmup_s
+    )
+
+
 def cold_start(
     inputs: ColdStartInputs, weights_gb_per_gpu: float, gpus_per_replica: int
 ) -> tuple[ColdStart, list[Step]]:
     """Cold start of one replica, with one derivation step per link and the total."""
-    pull = 0.0 if inputs.image_cached else inputs.image_gb / inputs.registry_gb_s
+    pull = image_pull_s(inputs)
     shared = inputs.weights_source in SHARED_SOURCES
     gpus = gpus_per_replica if shared else 1
-    load = weights_gb_per_gpu * gpus / inputs.source_gb_s
+    load = float(weight_load_s(inputs, weights_gb_per_gpu, gpus_per_replica))
     result = ColdStart(pull, load, inputs.init_s, inputs.graph_capture_s, inputs.warmup_s)
     src = inputs.weights_source
     pull_step = (

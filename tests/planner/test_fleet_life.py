@@ -174,3 +174,55 @@ def test_worst_burst_checked_with_the_simulator(run):
 def test_no_burst_no_simulated_check(catalog):
     run = services.sizing_run_start(scenario=make_scenario(**SMALL))
     assert run.summary["per_gpu"][0]["autoscaling"]["burst"]["simulated"] is None
+
+
+def test_fixed_fleet_cost_uses_the_burst_warm_pool_everywhere(run, client):
+    import csv
+    import io
+
+    from openpyxl import load_workbook
+
+    from planner import exports
+    from planner.templatetags.headroom import usd
+
+    # given a run whose autoscaling block states a ramp (0.5 req/s per s)
+    entry = run.summary["per_gpu"][0]
+    result = run.results.get(candidate_key=entry["recommended"])
+    d = result.derivation
+    policy = run.inputs["policy"]
+    # then the fixed fleet holds the warm pool the ramp needs (not the typed 0): the row,
+    # the summary and the autoscaling policy carry one number
+    warm = d["warm_pool_replicas"]
+    assert warm == entry["warm_pool_replicas"] == entry["autoscaling"]["warm_pool_replicas"] >= 1
+    assert policy["warm_pool_replicas"] == 0
+    assert result.replicas == d["serving_replicas"] + policy["spare_replicas"] + warm
+    (step,) = [s for s in d["steps"] if s["name"] == "warm_pool_replicas"]
+    assert step["stage"] and step["value"] == warm
+    price = result.usd_per_hour / (result.replicas * result.gpus_per_replica)
+    assert entry["usd_per_month"] == pytest.approx(
+        result.replicas * result.gpus_per_replica * price * 730
+    )
+    saving = entry["autoscaled_saving_usd_per_month"]
+    assert saving == pytest.approx(entry["usd_per_month"] - entry["autoscaled_usd_per_month"])
+    # the break-even's fixed replicas and the hybrid's spares are the same spares + warm pool
+    (crossing,) = [s for s in d["steps"] if s["name"] == "crossing_tokens_per_month"]
+    fixed = {i["name"]: i["value"] for i in crossing["inputs"]}["s (spare + warm)"]
+    assert fixed == policy["spare_replicas"] + warm
+    # CSV and XLSX: the same $/month, autoscaled $/month and saving
+    rows = list(csv.DictReader(io.StringIO(exports.run_csv(run))))
+    (mine,) = [r for r in rows if r["recommended"] == "true"]
+    for name in ("usd_per_month", "autoscaled_usd_per_month", "autoscaled_saving_usd_per_month"):
+        value = entry[name] if name in entry else getattr(result, name)
+        assert float(mine[name]) == pytest.approx(value, abs=0.01), name
+    book = load_workbook(io.BytesIO(exports.run_xlsx(run)))
+    header = [c.value for c in book["summary"][1]]
+    values = dict(zip(header, [c.value for c in book["summary"][2]], strict=False))
+    for name in ("usd_per_month", "autoscaled_usd_per_month", "autoscaled_saving_usd_per_month"):
+        assert values[name] == pytest.approx(entry[name], abs=0.01), name
+    # the UI: the same three numbers on the run page
+    client.force_login(run.scenario.owner)
+    html = client.get(f"/runs/{run.pk}/").content.decode()
+    assert f"Autoscaled day {usd(entry['autoscaled_usd_per_month'])}/month" in html
+    assert f"the fixed fleet {usd(entry['usd_per_month'])}/month" in html
+    if saving > 0:
+        assert f"saves {usd(saving)}/month" in html

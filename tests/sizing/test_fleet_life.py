@@ -249,3 +249,55 @@ def test_usd_per_mtok_curve_falls_with_utilization():
     assert curve["rent"][1] == pytest.approx(2 * curve["rent"][2])
     assert curve["own"][2] == pytest.approx(12 / 3600 / 2000 * 1e6)
     assert math.isfinite(curve["own"][0])
+
+
+# ------------------------------------------------------------------ fixed fleet, warm pool
+def _burst_policy(typed_warm=3, **autoscaling):
+    from sizing.fleet import BurstWarmPool
+    from sizing.specs import Policy
+
+    burst = BurstWarmPool(coldstart.from_block(None), autoscale.from_block(autoscaling))
+    return Policy(
+        target_utilization=0.7,
+        spare_replicas=1,
+        burst_factor=1.2,
+        warm_pool_replicas=typed_warm,
+        burst_warm_pool=burst,
+    )
+
+
+def test_fixed_fleet_warm_pool_is_sized_from_the_burst():
+    from sizing.fleet import breakeven, size_fleet
+    from sizing.specs import ApiPrice
+
+    # given peak 20 req/s x 1.2 burst, X = 1.5 req/s, TP2 at $2.50/GPU-hour, 17.64 GB per GPU
+    # from NVMe: cold start 24 + 17.64 * 2 / 6.5 + 49 = 78.43 s; the default ramp
+    # 20 * 0.2 / 60 = 0.0667 req/s per s -> warm = ceil(0.0667 * 78.43 / 1.5) = ceil(3.49) = 4
+    traffic = Traffic(peak_rps=20.0, mean_rps=10.0, prompt_tokens_mean=1000, output_tokens_mean=300)
+    policy = _burst_policy(typed_warm=3)
+    fleet = size_fleet([1.5], 10.0, traffic, policy, 2, 2.5, True, [17.64])
+    # then the warm pool is the burst's 4, not the typed 3: 23 serving + 1 spare + 4 = 28
+    assert fleet.warm.from_burst and fleet.warm.replicas[0] == 4
+    assert fleet.warm.cold_start_s[0] == pytest.approx(24 + 17.64 * 2 / 6.5 + 49)
+    assert fleet.serving[0] == 23 and fleet.replicas[0] == 28
+    assert fleet.usd_per_month[0] == pytest.approx(28 * 2 * 2.5 * 730)  # $102,200
+    steps = fleet.steps(0)
+    (warm,) = [s for s in steps if s.name == "warm_pool_replicas"]
+    assert warm.value == 4 and "typed warm pool of 3 is not used" in warm.note
+    _formula_steps_evaluate(steps)
+    # the break-even's fixed replicas are the same spares + warm pool (one answer)
+    _, bev_steps = breakeven(fleet, 0, ApiPrice(0.5, 1.5))
+    (crossing,) = [s for s in bev_steps if s.name == "crossing_tokens_per_month"]
+    assert {i.name: i.value for i in crossing.inputs}["s (spare + warm)"] == 5
+
+
+def test_no_burst_keeps_the_typed_warm_pool():
+    from sizing.fleet import size_fleet
+
+    traffic = Traffic(peak_rps=20.0, mean_rps=10.0, prompt_tokens_mean=1000, output_tokens_mean=300)
+    # a ramp of 0 states no burst (and a burst factor of 1 derives none)
+    policy = _burst_policy(typed_warm=3, burst_ramp_rps_per_s=0.0)
+    fleet = size_fleet([1.5], 10.0, traffic, policy, 2, 2.5, True, [17.64])
+    assert not fleet.warm.from_burst and fleet.warm.replicas[0] == 3
+    assert fleet.replicas[0] == 23 + 1 + 3
+    assert not [s for s in fleet.steps(0) if s.name == "warm_pool_replicas"]
