@@ -80,7 +80,11 @@ class BurstCheck:
     seed: int
 
     def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """JSON-ready: a percentile of no requests (NaN) becomes None."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {
+            k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in out.items()
+        }
 
 
 def _cut(per_replica: np.ndarray, dt_s: float, max_requests: int) -> int:

@@ -155,7 +155,13 @@ class PolicySerializer(serializers.Serializer):
     target_utilization = serializers.FloatField(required=False, help_text="0..1")
     spare_replicas = serializers.IntegerField(required=False, min_value=0, max_value=1000)
     burst_factor = serializers.FloatField(required=False, help_text=">= 1")
-    warm_pool_replicas = serializers.IntegerField(required=False, min_value=0, max_value=1000)
+    warm_pool_replicas = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=1000,
+        help_text="used only when no burst is stated; with a burst (a ramp, or a burst factor "
+        "above 1) the warm pool is sized from it",
+    )
     spare_nodes = serializers.IntegerField(
         required=False,
         min_value=0,

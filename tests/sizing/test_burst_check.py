@@ -72,3 +72,11 @@ def test_overload_misses_the_slo_and_the_window_is_bounded():
     assert check.slo_share < 0.5 < check.fluid_slo_share
     assert check.ttft_ms_at_percentile > 2000
     assert "tail cut at 2000 requests" in steps[0].note
+
+
+def test_a_window_without_requests_is_json_ready():
+    # given a window whose rate is 0 (nothing arrives): the share is 1 and no percentile exists
+    check, _ = _check(np.zeros(30), np.ones(30))
+    assert check.requests == 0 and check.slo_share == 1.0
+    out = check.as_dict()
+    assert out["ttft_ms_at_percentile"] is None and out["tpot_ms_at_percentile"] is None
