@@ -104,8 +104,10 @@ def default_sources(inputs: OwnershipInputs) -> dict[str, str]:
     return {name: SOURCES[name] for name in inputs.defaults if name in SOURCES}
 
 
-#: A GPU generation every ~2 years (Hopper 2022, Blackwell 2024): past it a new buyer pays
-#: the same for more tokens, so a longer payback risks owning the previous generation.
+#: A GPU generation every ~2 years: NVIDIA announced Hopper (H100) at GTC in March 2022 and
+#: Blackwell (B200) at GTC in March 2024 (NVIDIA's GTC keynote press releases). Past it a new
+#: buyer pays the same for more tokens, so a longer payback risks owning the previous
+#: generation.
 GENERATION_MONTHS = 24.0
 
 
