@@ -241,7 +241,13 @@ class ScenarioForm(AccessibleErrorsMixin, forms.Form):
     target_utilization = forms.FloatField(label="Target utilization", initial=0.7, required=False)
     spare_replicas = forms.IntegerField(label="Spare replicas (N+k)", initial=1, required=False)
     burst_factor = forms.FloatField(label="Burst factor", initial=1.0, required=False)
-    warm_pool_replicas = forms.IntegerField(label="Warm-pool replicas", initial=0, required=False)
+    warm_pool_replicas = forms.IntegerField(
+        label="Warm-pool replicas",
+        initial=0,
+        required=False,
+        help_text="Used only when no burst is stated; with a burst (a ramp, or a burst factor "
+        "above 1) the warm pool is sized from it.",
+    )
     spare_nodes = forms.IntegerField(
         label="Spare nodes (N+k by failure domain)",
         initial=0,

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST, require_safe
 from rest_framework.authtoken.models import Token
 
 from fleets.models import GpuSku
-from planner import charts, exports, selectors, services
+from planner import charts, exports, pipeline, selectors, services
 from planner import compare as compare_numbers
 from planner.auth_views import rate_limited
 from planner.dates import parse_moment
@@ -709,7 +709,7 @@ def run_body_context(run: SizingRun, chain_param) -> dict:
             chain_result.derivation.get("requests_per_s_per_replica") or 0,
             policy.get("target_utilization", 0.7),
             policy.get("burst_factor", 1.0),
-            policy.get("spare_replicas", 0) + policy.get("warm_pool_replicas", 0),
+            pipeline.fixed_replicas(inputs, {"derivation": chain_result.derivation}),
             chain_result.replicas,
             _option_label(chain_result),
         )

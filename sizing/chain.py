@@ -769,6 +769,8 @@ class PlanRow:
     speculative: str = ""
     #: the chunk-budget sweep: ({"max_num_batched_tokens", "ttft_long_ms", "tpot_stall_ms"},..)
     chunk_frontier: tuple = ()
+    #: the warm pool in ``replicas``: from the burst when the policy states one, else typed
+    warm_pool_replicas: int = 0
 
 
 @dataclass(frozen=True)
@@ -902,6 +904,7 @@ def _plan_rows(
         c.gpus_per_instance,
         c.usd_per_gpu_hour,
         fit.fits & (stage.rate_rps > 0),
+        fit.weights_gb_per_gpu,
     )
 
     live = kv_sequences_live(c, fit, op.isl_tokens, op.osl_tokens)
@@ -967,6 +970,7 @@ def _plan_rows(
                 output_tok_s_per_replica=float(stage.rate_rps[i] * osl),
                 in_flight_at_peak=float(fleet.in_flight_at_peak[i]) if ok else math.nan,
                 serving_replicas=_finite_int(fleet.serving[i]),
+                warm_pool_replicas=int(fleet.warm.replicas[i]),
                 replicas=_finite_int(fleet.replicas[i]),
                 gpus=_finite_int(fleet.gpus[i]),
                 utilization=float(fleet.utilization[i]),

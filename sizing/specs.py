@@ -8,6 +8,7 @@ to these plain objects. All sizes are in base SI units unless a name says otherw
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 #: Bytes per stored element, by precision name. int4/fp4 carry block-scale overhead on top
 #: (see ``WEIGHT_SCALE_OVERHEAD``).
@@ -313,6 +314,10 @@ class Policy:
     #: N+k by failure domain: the serving replicas survive this many whole nodes down
     #: (sizing.nodes); replica-level ``spare_replicas`` is separate.
     spare_nodes: int = 0
+    #: The scenario's cold-start and autoscaling blocks (``sizing.fleet.BurstWarmPool``);
+    #: with a burst stated the warm pool is sized from it, not ``warm_pool_replicas``. Not
+    #: part of a run's snapshot (the blocks are stored on their own, ``fleet_life``).
+    burst_warm_pool: Any = field(default=None, metadata={"snapshot": False})
 
 
 @dataclass(frozen=True)

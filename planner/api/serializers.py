@@ -155,7 +155,13 @@ class PolicySerializer(serializers.Serializer):
     target_utilization = serializers.FloatField(required=False, help_text="0..1")
     spare_replicas = serializers.IntegerField(required=False, min_value=0, max_value=1000)
     burst_factor = serializers.FloatField(required=False, help_text=">= 1")
-    warm_pool_replicas = serializers.IntegerField(required=False, min_value=0, max_value=1000)
+    warm_pool_replicas = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=1000,
+        help_text="used only when no burst is stated; with a burst (a ramp, or a burst factor "
+        "above 1) the warm pool is sized from it",
+    )
     spare_nodes = serializers.IntegerField(
         required=False,
         min_value=0,
@@ -171,7 +177,12 @@ class ColdStartSerializer(serializers.Serializer):
     registry_gb_s = serializers.FloatField(required=False, allow_null=True, help_text="GB/s, > 0")
     image_cached = serializers.BooleanField(required=False, allow_null=True)
     weights_source = serializers.ChoiceField(
-        choices=list(WEIGHTS_SOURCES), required=False, allow_null=True
+        choices=list(WEIGHTS_SOURCES),
+        required=False,
+        allow_null=True,
+        error_messages={
+            "invalid_choice": f"must be one of {', '.join(WEIGHTS_SOURCES)}, got {{input!r}}"
+        },
     )
     weights_gb_s = serializers.FloatField(required=False, allow_null=True, help_text="GB/s, > 0")
     init_s = serializers.FloatField(required=False, allow_null=True, help_text="s")
