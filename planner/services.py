@@ -37,7 +37,7 @@ from pricing.models import ApiTokenPrice, PriceSheet
 from pricing.services import price_sheet_lock
 from sizing.breakeven import api_usd_per_token
 from sizing.engine_settings import SettingError, engine_overrides
-from sizing.serving import draft_model_name, serving_overrides
+from sizing.serving import component_precisions, draft_model_name, serving_overrides
 from sizing.specs import (
     ApiPrice,
     EngineSettings,
@@ -45,6 +45,7 @@ from sizing.specs import (
     Slo,
     Traffic,
 )
+from sizing.vision import vision_from_hf_config
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,10 @@ SCALAR_FIELDS = [
     "output_tokens_p95",
     "shared_prefix_tokens",
     "prefix_hit_rate",
+    "images_per_request",
+    "tokens_per_image",
+    "image_tiles",
+    "tile_px",
     "ttft_ms",
     "tpot_ms",
     "slo_percentile",
@@ -263,6 +268,19 @@ def _check_engine_and_serving(errors: Errors, merged: dict, model_ids, index) ->
         errors.add("engine_settings" if field == "engine" else field, exc.message)
 
 
+def _check_images(errors: Errors, merged: dict, model_ids) -> None:
+    """Images need a token count: given, or from every candidate model's vision config."""
+    images = merged.get("images_per_request")
+    if not _finite_number(images) or images <= 0 or merged.get("tokens_per_image"):
+        return
+    for row in ModelArchitecture.objects.filter(pk__in=model_ids):
+        if not vision_from_hf_config(row.config_json or {}):
+            errors.add(
+                "tokens_per_image",
+                f"{row.name} has no vision config: give tokens_per_image for its images",
+            )
+
+
 @dataclass
 class CleanScenario:
     scalars: dict
@@ -318,6 +336,7 @@ def clean_scenario_data(
     scenario_prices.clean_pricing(errors, merged, index, sheet or latest_price_sheet())
     _check_calibration_profile(errors, merged.get("calibration_profile") or "", owner, gpu_ids)
     _check_engine_and_serving(errors, merged, model_ids, index)
+    _check_images(errors, merged, model_ids)
     scenario = Scenario(**{k: v for k, v in merged.items() if k in SCALAR_FIELDS})
     try:
         scenario.clean_fields(exclude=["owner", "price_sheet"])
@@ -426,11 +445,21 @@ def _ep_choices(scenario: Scenario, model: ModelArchitecture, tp: int) -> list[i
 
 
 def expand_candidates(scenario: Scenario, models, gpus) -> list[dict]:
-    """model x GPU x precision x TP x PP x EP, as plain dicts keyed by catalog slugs."""
+    """model x GPU x precision x TP x PP x EP, as plain dicts keyed by catalog slugs.
+
+    ``serving.precision`` (a mixed checkpoint) gives components their own precision: the
+    routed experts, KV cache and embeddings on every row; ``attention`` replaces the swept
+    weight precision (the attention and dense weights are what ``precision`` means)."""
+    components = component_precisions(scenario.serving)
+    precisions = [components["attention"]] if "attention" in components else scenario.precisions
+    mixed = {
+        "expert_precision": components.get("experts", ""),
+        "embedding_precision": components.get("embeddings", ""),
+    }
     rows = []
     for model in models:
         for gpu in gpus:
-            for precision in scenario.precisions:
+            for precision in precisions:
                 for tp in _tp_choices(scenario, model, gpu):
                     for pp in scenario.pp_options or [1]:
                         for ep in _ep_choices(scenario, model, tp):
@@ -441,11 +470,12 @@ def expand_candidates(scenario: Scenario, models, gpus) -> list[dict]:
                                     "model": model.slug,
                                     "gpu": gpu.slug,
                                     "precision": precision,
-                                    "kv_precision": "",
+                                    "kv_precision": components.get("kv", ""),
                                     "tp": tp,
                                     "pp": pp,
                                     "ep": ep,
                                 }
+                                | {k: v for k, v in mixed.items() if v}
                             )
     return rows
 
@@ -543,6 +573,10 @@ def build_inputs_snapshot(
         shared_prefix_tokens=scenario.shared_prefix_tokens,
         prefix_hit_rate=scenario.prefix_hit_rate,
         hourly_rps=tuple(scenario.hourly_rps or ()),
+        images_per_request=scenario.images_per_request or 0.0,
+        tokens_per_image=scenario.tokens_per_image or 0.0,
+        image_tiles=scenario.image_tiles,
+        tile_px=scenario.tile_px,
     )
     api = _api_price(scenario, sheet)
     return {

@@ -7,6 +7,10 @@ shell resolves it) or ``head_params`` (the EAGLE/MTP head's size), ``tokens`` (k
 ``serving.distinct_prefixes`` (tenants, system prompts, conversations).
 ``serving.lora``: ``adapters``, ``rank``, ``target_modules``, ``active_per_batch``,
 ``resident_slots``.
+``serving.precision``: per-component precision of a mixed checkpoint, ``experts`` (the routed
+experts), ``attention`` (attention and dense weights: the candidates' weight precision),
+``kv`` (the cache) and ``embeddings`` (input embedding and LM head); a component not given
+follows the candidate's precision (``component_precisions``).
 
 Bad values raise ``SettingError`` naming the dotted field (``serving.speculative.tokens``).
 """
@@ -16,11 +20,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sizing.engine_settings import SettingError, _number, _whole
-from sizing.specs import LORA_MODULES, ModelSpec
+from sizing.specs import LORA_MODULES, ModelSpec, canonical_precision
 
 SPEC_METHODS = ("draft", "eagle", "mtp")
 ROUTING_POLICIES = ("random", "least_loaded", "prefix_affinity")
-SERVING_FIELDS = ("speculative", "routing", "distinct_prefixes", "lora")
+SERVING_FIELDS = ("speculative", "routing", "distinct_prefixes", "lora", "precision")
+#: ``serving.precision`` components (gpt-oss: MXFP4 experts, bf16 attention and embeddings)
+PRECISION_COMPONENTS = ("experts", "attention", "kv", "embeddings")
 SPEC_FIELDS = (
     "method",
     "draft_model",
@@ -142,6 +148,22 @@ def lora_overrides(lora: Mapping) -> dict:
     }
 
 
+def component_precisions(block: Mapping | None) -> dict[str, str]:
+    """Checked ``serving.precision``: {component: canonical precision} for the components
+    given (empty: none). Raises ``SettingError`` naming ``serving.precision.<component>``."""
+    if not isinstance(block, Mapping) or block.get("precision") in (None, ""):
+        return {}
+    field = "serving.precision"
+    given = _block(block["precision"], field, PRECISION_COMPONENTS)
+    out = {}
+    for component, value in given.items():
+        try:
+            out[component] = canonical_precision(str(value))
+        except ValueError as exc:
+            raise SettingError(f"{field}.{component}", str(exc)) from None
+    return out
+
+
 def serving_overrides(
     block: Mapping | None, draft: ModelSpec | None = None, targets: tuple[ModelSpec, ...] = ()
 ) -> dict:
@@ -166,4 +188,5 @@ def serving_overrides(
         raise SettingError("serving.routing", "give the routing policy with distinct_prefixes")
     if "lora" in block:
         out |= lora_overrides(block["lora"])
+    component_precisions(block)  # checked here; the candidates carry them (not the engine)
     return out
