@@ -45,7 +45,7 @@ from sizing.specs import (
     Slo,
     Traffic,
 )
-from sizing.vision import vision_from_hf_config
+from sizing.vision import DEFAULT_TILE_PX, derived_tokens_per_image, vision_from_hf_config
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ SCALAR_FIELDS = [
     *lifecycle.BLOCKS,
 ]
 MAX_CANDIDATES = 20_000
+MAX_PROMPT_TOKENS = 10_000_000  # as Scenario.prompt_tokens_mean's limit
 MAX_DESCRIPTION_CHARS, MAX_TAGS, MAX_TAG_CHARS = 10_000, 20, 50  # as the API serializer
 #: requests/s the fleet is sized for, peak x burst / utilization; far above any real fleet, and
 #: low enough that every replica and GPU count fits its (bigint) column.
@@ -269,15 +270,30 @@ def _check_engine_and_serving(errors: Errors, merged: dict, model_ids, index) ->
 
 
 def _check_images(errors: Errors, merged: dict, model_ids) -> None:
-    """Images need a token count: given, or from every candidate model's vision config."""
+    """Images need a token count (given, or from every candidate model's vision config), and
+    the prompt with its image tokens stays within the prompt limit."""
     images = merged.get("images_per_request")
-    if not _finite_number(images) or images <= 0 or merged.get("tokens_per_image"):
+    if not _finite_number(images) or images <= 0:
         return
+    given, prompt = merged.get("tokens_per_image"), merged.get("prompt_tokens_mean")
+    tiles, tile_px = merged.get("image_tiles", 1.0), merged.get("tile_px", DEFAULT_TILE_PX)
+    if not (_finite_number(tiles) and _finite_number(tile_px)):
+        return  # checked on their own
     for row in ModelArchitecture.objects.filter(pk__in=model_ids):
-        if not vision_from_hf_config(row.config_json or {}):
+        per_image = given if _finite_number(given) and given > 0 else None
+        if per_image is None:
+            if not vision_from_hf_config(row.config_json or {}):
+                errors.add(
+                    "tokens_per_image",
+                    f"{row.name} has no vision config: give tokens_per_image for its images",
+                )
+                continue
+            per_image = derived_tokens_per_image(model_spec(row), tiles, tile_px)
+        if _finite_number(prompt) and prompt + images * per_image > MAX_PROMPT_TOKENS:
             errors.add(
-                "tokens_per_image",
-                f"{row.name} has no vision config: give tokens_per_image for its images",
+                "images_per_request",
+                f"{row.name}: prompt + images x tokens_per_image = "
+                f"{prompt + images * per_image:,.0f} tokens exceeds {MAX_PROMPT_TOKENS:,}",
             )
 
 

@@ -206,6 +206,8 @@ BAD_MIXED = [
     ({"traffic": {**BODY["traffic"], "images_per_request": -1}}, "traffic.images_per_request"),
     ({"traffic": {**BODY["traffic"], "images_per_request": 1, "tokens_per_image": 0}},
      "traffic.tokens_per_image"),
+    ({"traffic": {**BODY["traffic"], "images_per_request": 1000, "tokens_per_image": 100000}},
+     "traffic.images_per_request"),
     # Llama 3.1 70B has no vision config: images need their token count given
     ({"traffic": {**BODY["traffic"], "images_per_request": 2}}, "traffic.tokens_per_image"),
 ]  # fmt: skip
