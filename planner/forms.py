@@ -523,8 +523,10 @@ class ScenarioForm(AccessibleErrorsMixin, forms.Form):
         return self._int_list("ep_options")
 
     # ------------------------------------------------------------------ service glue
-    def service_data(self) -> dict:
-        """The flat dict ``scenario_create`` / ``scenario_update`` take."""
+    def service_data(self, keep: dict | None = None) -> dict:
+        """The flat dict ``scenario_create`` / ``scenario_update`` take. ``keep``: the edited
+        scenario's ``serving`` block, whose API-only parts (per-position acceptance, per-model
+        precisions) the form has no input for and keeps."""
         data = dict(self.cleaned_data)
         sheet = data.pop("price_sheet", None)
         data["price_sheet"] = sheet.pk if sheet else None
@@ -544,6 +546,7 @@ class ScenarioForm(AccessibleErrorsMixin, forms.Form):
             for key in path[:-1]:
                 node = node.setdefault(key, {})
             node[path[-1]] = value
+        _keep_api_only(blocks["serving"], keep or {})
         return data | blocks
 
     def apply_service_errors(self, error: ValidationError) -> None:
@@ -565,6 +568,17 @@ class ScenarioForm(AccessibleErrorsMixin, forms.Form):
     def sections(self):
         """(title, [bound fields]) in the order the template shows them."""
         return [(title, [self[name] for name in names]) for title, names in SECTIONS]
+
+
+def _keep_api_only(serving: dict, before: dict) -> None:
+    """Parts of a ``serving`` block only the API sets, carried over an edit in the form."""
+    by_position = (before.get("speculative") or {}).get("acceptance_by_position")
+    spec = serving.get("speculative")
+    if by_position and spec is not None and "acceptance" not in spec:
+        spec["acceptance_by_position"] = by_position
+    models = (before.get("precision") or {}).get("models")
+    if models:
+        serving.setdefault("precision", {})["models"] = models
 
 
 def serving_input(field: str | None) -> str:

@@ -353,6 +353,7 @@ def clean_scenario_data(
     _check_calibration_profile(errors, merged.get("calibration_profile") or "", owner, gpu_ids)
     _check_engine_and_serving(errors, merged, model_ids, index)
     _check_images(errors, merged, model_ids)
+    _check_precision_models(errors, merged, model_ids, index)
     scenario = Scenario(**{k: v for k, v in merged.items() if k in SCALAR_FIELDS})
     try:
         scenario.clean_fields(exclude=["owner", "price_sheet"])
@@ -466,14 +467,18 @@ def expand_candidates(scenario: Scenario, models, gpus) -> list[dict]:
     ``serving.precision`` (a mixed checkpoint) gives components their own precision: the
     routed experts, KV cache and embeddings on every row; ``attention`` replaces the swept
     weight precision (the attention and dense weights are what ``precision`` means)."""
-    components = component_precisions(scenario.serving)
-    precisions = [components["attention"]] if "attention" in components else scenario.precisions
-    mixed = {
-        "expert_precision": components.get("experts", ""),
-        "embedding_precision": components.get("embeddings", ""),
-    }
+    shared = component_precisions(scenario.serving)
+    per_model = _precisions_by_model(shared.pop("models", {}), scenario.owner)
     rows = []
     for model in models:
+        components = shared | per_model.get(model.pk, {})
+        precisions = [components["attention"]] if "attention" in components else (
+            scenario.precisions
+        )  # fmt: skip
+        mixed = {
+            "expert_precision": components.get("experts", ""),
+            "embedding_precision": components.get("embeddings", ""),
+        }
         for gpu in gpus:
             for precision in precisions:
                 for tp in _tp_choices(scenario, model, gpu):
@@ -494,6 +499,31 @@ def expand_candidates(scenario: Scenario, models, gpus) -> list[dict]:
                                 | {k: v for k, v in mixed.items() if v}
                             )
     return rows
+
+
+def _precisions_by_model(by_name: dict, owner, index=None) -> dict[int, dict]:
+    """``serving.precision.models`` keyed by model id (names resolve as the candidates')."""
+    if not by_name:
+        return {}
+    index = index or catalog_index(models_visible_to(owner))
+    return {index.model_id(name): components for name, components in by_name.items()}
+
+
+def _check_precision_models(errors: Errors, merged: dict, model_ids, index) -> None:
+    """Each model ``serving.precision.models`` names is one of the candidate models."""
+    try:
+        by_name = component_precisions(merged.get("serving")).get("models", {})
+    except SettingError:
+        return  # reported by the serving check
+    for name in by_name:
+        field = f"serving.precision.models.{name}"
+        try:
+            model_id = index.model_id(name)
+        except LookupError as exc:
+            errors.add(field, str(exc))
+            continue
+        if model_id not in model_ids:
+            errors.add(field, f"{name} is not among the candidate models")
 
 
 def _api_price(scenario: Scenario, sheet: PriceSheet | None) -> ApiPrice | None:

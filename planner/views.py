@@ -180,7 +180,8 @@ def scenario_edit(request, pk: int):
     )
     if request.method == "POST" and form.is_valid():
         try:
-            services.scenario_update(scenario=scenario, data=form.service_data())
+            data = form.service_data(keep=scenario.serving)
+            services.scenario_update(scenario=scenario, data=data)
         except ValidationError as exc:
             form.apply_service_errors(exc)
         else:

@@ -10,7 +10,8 @@ shell resolves it) or ``head_params`` (the EAGLE/MTP head's size), ``tokens`` (k
 ``serving.precision``: per-component precision of a mixed checkpoint, ``experts`` (the routed
 experts), ``attention`` (attention and dense weights: the candidates' weight precision),
 ``kv`` (the cache) and ``embeddings`` (input embedding and LM head); a component not given
-follows the candidate's precision (``component_precisions``).
+follows the candidate's precision; ``models`` gives a model its own components
+(``component_precisions``).
 
 Bad values raise ``SettingError`` naming the dotted field (``serving.speculative.tokens``).
 """
@@ -148,19 +149,38 @@ def lora_overrides(lora: Mapping) -> dict:
     }
 
 
-def component_precisions(block: Mapping | None) -> dict[str, str]:
+def _components(value, field: str, known: tuple[str, ...]) -> dict:
+    given = _block(value, field, known)
+    out: dict = {}
+    for component, text in given.items():
+        if component == "models":
+            continue
+        try:
+            out[component] = canonical_precision(str(text))
+        except ValueError as exc:
+            raise SettingError(f"{field}.{component}", str(exc)) from None
+    return out
+
+
+def component_precisions(block: Mapping | None) -> dict:
     """Checked ``serving.precision``: {component: canonical precision} for the components
-    given (empty: none). Raises ``SettingError`` naming ``serving.precision.<component>``."""
+    given (empty: none), and under ``models`` {model name: {component: precision}} for the
+    models whose checkpoint differs (they override the block's own values for that model).
+    Raises ``SettingError`` naming ``serving.precision.<component>`` (or
+    ``serving.precision.models.<name>.<component>``)."""
     if not isinstance(block, Mapping) or block.get("precision") in (None, ""):
         return {}
     field = "serving.precision"
-    given = _block(block["precision"], field, PRECISION_COMPONENTS)
-    out = {}
-    for component, value in given.items():
-        try:
-            out[component] = canonical_precision(str(value))
-        except ValueError as exc:
-            raise SettingError(f"{field}.{component}", str(exc)) from None
+    out = _components(block["precision"], field, (*PRECISION_COMPONENTS, "models"))
+    per_model = block["precision"].get("models")
+    if per_model not in (None, "", {}):
+        if not isinstance(per_model, Mapping):
+            raise SettingError(f"{field}.models", 'must be an object like {"gpt-oss-120b": '
+                               '{"experts": "mxfp4"}}')  # fmt: skip
+        out["models"] = {
+            str(name): _components(value, f"{field}.models.{name}", PRECISION_COMPONENTS)
+            for name, value in per_model.items()
+        }
     return out
 
 

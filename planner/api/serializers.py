@@ -137,6 +137,11 @@ class PrecisionSerializer(serializers.Serializer):
     embeddings = serializers.CharField(
         required=False, allow_blank=True, max_length=20, help_text="embedding and LM head"
     )
+    models = serializers.DictField(
+        child=serializers.DictField(child=serializers.CharField(max_length=20)),
+        required=False,
+        help_text='per model, its own components: {"gpt-oss-120b": {"experts": "mxfp4"}}',
+    )
 
 
 class ServingSerializer(serializers.Serializer):

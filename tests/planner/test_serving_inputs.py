@@ -258,3 +258,34 @@ def test_predict_columns_for_components_and_images(catalog):
     assert image["fits"] == "true", image["reason"]
     assert float(image["ttft_ms"]) > float(text["ttft_ms"])
     assert float(image["max_concurrency"]) < float(text["max_concurrency"])
+
+
+def test_a_model_gets_its_own_components_and_unknown_models_are_refused(catalog, api):
+    # given gpt-oss-120b (MXFP4 experts) next to Llama 3.1 8B (fp8 throughout)
+    serving = {
+        "precision": {
+            "kv": "fp8",
+            "models": {"gpt-oss-120b": {"experts": "mxfp4", "attention": "bf16"}},
+        }
+    }
+    data = body(serving=serving)
+    data["candidates"] = {"models": ["gpt-oss-120b", "Llama 3.1 8B"], "gpus": ["H100"],
+                          "precisions": ["fp8"]}  # fmt: skip
+    response = api.post("/api/v1/scenarios/", data, format="json")
+    assert response.status_code == 201, response.json()
+    cores = snap.candidates(build_inputs_snapshot(Scenario.objects.get(), None))
+    by_model = {(k.model.name, k.weight_precision, k.expert_precision, k.kv_precision)
+                for k in cores}  # fmt: skip
+    assert by_model == {
+        ("gpt-oss-120b", "bf16", "fp4", "fp8"),
+        ("Llama 3.1 8B", "fp8", None, "fp8"),
+    }
+    # a model that is not a candidate, or not in the catalog, is refused by its path
+    for name in ("Qwen3-32B", "no-such-model"):
+        bad = body(serving={"precision": {"models": {name: {"experts": "fp4"}}}})
+        response = api.post("/api/v1/scenarios/", bad, format="json")
+        assert response.status_code == 400
+        assert f"serving.precision.models.{name}" in response.json()["errors"], response.json()
+    bad = body(serving={"precision": {"models": {"Llama 3.1 70B": {"kv": "fp2"}}}})
+    response = api.post("/api/v1/scenarios/", bad, format="json")
+    assert "serving.precision.models.Llama 3.1 70B.kv" in response.json()["errors"]

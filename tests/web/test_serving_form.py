@@ -82,3 +82,29 @@ def test_bad_serving_input_is_refused_beside_its_field(owner_client, catalog):
         # the message sits in the field's own error slot
         assert f"id_{name}_errors" in html, (name, html[:500])
         assert not Scenario.objects.exists()
+
+
+def test_an_edit_keeps_what_only_the_api_sets(owner_client, owner, catalog):
+    # given a scenario whose serving block has per-position acceptance and per-model
+    # precisions (API only)
+    from planner.forms import initial_from_scenario
+    from tests.factories import make_scenario
+
+    spec = {"method": "eagle", "tokens": 2, "head_params": 2e8,
+            "acceptance_by_position": [0.8, 0.6]}  # fmt: skip
+    precision = {"models": {"llama-3.1-8b": {"kv": "fp8"}}}
+    scenario = make_scenario(owner=owner, models=["llama-3.1-8b"], gpus=["H100"],
+                             serving={"speculative": spec, "precision": precision})  # fmt: skip
+    # when the form posts back what it shows, with one change
+    initial = initial_from_scenario(scenario)
+    assert initial["spec_tokens"] == 2 and "spec_acceptance" not in initial
+    data = form_post(models=["llama-3.1-8b"], gpus=["h100_sxm"], spec_method="eagle",
+                     spec_tokens="2", spec_head_params="2e8", routing="random",
+                     distinct_prefixes="10")  # fmt: skip
+    response = owner_client.post(f"/scenarios/{scenario.pk}/edit/", data)
+    assert response.status_code == 302, response.content.decode()[:1500]
+    scenario.refresh_from_db()
+    # then the parts the form has no input for are kept
+    assert scenario.serving["speculative"]["acceptance_by_position"] == [0.8, 0.6]
+    assert scenario.serving["precision"] == precision
+    assert scenario.serving["routing"] == "random"
