@@ -35,6 +35,7 @@ from sizing.memory import (
     kv_elements_per_token_layer_per_gpu,
     nonexpert_weight_bytes,
     routed_expert_params,
+    vision_weight_bytes,
 )
 from sizing.operating import (
     BINDING_NAMES,
@@ -263,6 +264,10 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
             q("b_emb", c.embedding_bytes_per_param[i], "B/param (embedding and LM head)"),
             q("embedding_precision", emb, ""),
         ]
+    vision_w = float(vision_weight_bytes(c)[i])
+    if vision_w > 0:  # a vision-language model serving images: its encoder, in bf16
+        weights_formula += " + P_v * 2"
+        weights_in.append(q("P_v", c.vision_params[i], "params (vision encoder, bf16)"))
     s.append(
         step(
             "weights_bytes_total",
@@ -276,8 +281,11 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
     s.append(
         step(
             "weights_gb_per_gpu",
-            "(nonexpert / (TP * PP) + experts / (shards * PP)) / 1e9",
+            "((nonexpert + vision) / (TP * PP) + experts / (shards * PP)) / 1e9"
+            if vision_w > 0
+            else "(nonexpert / (TP * PP) + experts / (shards * PP)) / 1e9",
             [
+                *([q("vision", vision_w, "B (vision encoder)")] if vision_w > 0 else []),
                 q("nonexpert", nonexpert_weight_bytes(c)[i], "B"),
                 q("experts", expert_weight_bytes(c)[i], "B (routed experts x b_e)"),
                 q("TP", tp, ""),

@@ -85,9 +85,22 @@ def expert_weight_bytes(c: CandidateArrays) -> np.ndarray:
     return routed_expert_params(c) * c.expert_bytes_per_param
 
 
+#: bytes per param of a vision encoder: engines leave the vision tower unquantized (bf16)
+VISION_BYTES_PER_PARAM = 2.0
+
+
+def vision_weight_bytes(c: CandidateArrays) -> np.ndarray:
+    """The vision encoder's bytes when the prompts carry images, ``P_v * 2`` (B; 0 without
+    images). It runs once per image, in the prefill, so decode steps do not stream it."""
+    if not np.any(c.image_tokens > 0):
+        return np.zeros(len(c))
+    return np.where(c.image_tokens > 0, c.vision_params * VISION_BYTES_PER_PARAM, 0.0)
+
+
 def weights_bytes_total(c: CandidateArrays) -> np.ndarray:
-    """Whole-model weight bytes (B); 70.55e9 params x 2 B = 141.1e9 B for Llama 3.1 70B bf16."""
-    return nonexpert_weight_bytes(c) + expert_weight_bytes(c)
+    """Whole-model weight bytes (B); 70.55e9 params x 2 B = 141.1e9 B for Llama 3.1 70B bf16.
+    A vision-language model serving images adds its encoder (``vision_weight_bytes``)."""
+    return nonexpert_weight_bytes(c) + expert_weight_bytes(c) + vision_weight_bytes(c)
 
 
 def expert_shards(c: CandidateArrays) -> np.ndarray:
@@ -97,9 +110,9 @@ def expert_shards(c: CandidateArrays) -> np.ndarray:
 
 def weights_bytes_per_gpu(c: CandidateArrays) -> np.ndarray:
     """``nonexpert / (TP*PP) + experts / (shards*PP)`` bytes resident on one GPU (B)."""
-    return nonexpert_weight_bytes(c) / (c.tp * c.pp) + expert_weight_bytes(c) / (
-        expert_shards(c) * c.pp
-    )
+    return (nonexpert_weight_bytes(c) + vision_weight_bytes(c)) / (
+        c.tp * c.pp
+    ) + expert_weight_bytes(c) / (expert_shards(c) * c.pp)
 
 
 # ---------------------------------------------------------------------------- KV cache

@@ -34,6 +34,9 @@ peak (engines leave the vision tower unquantized) and sharded like the language 
 ViT's own attention (``4 * patches * d`` per patch per layer: about 15 % more at 1,024
 patches of width 1,152) is left out, as in the 2N rule.
 
+Memory: a model serving images holds its encoder, ``P_v * 2`` B (bf16) split like the
+dense weights (``memory.vision_weight_bytes``); decode steps do not stream it.
+
 Encoder size from a Hugging Face ``vision_config`` (biases and norms left out)::
 
     P_v = layers * (4 d^2 + 2 d * ffn) + 3 * t * patch^2 * d + (merge d)^2 + merge d * d_text

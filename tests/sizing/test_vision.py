@@ -108,12 +108,14 @@ def test_images_raise_ttft_and_replicas_through_the_plan():
     assert b.requests_per_s_per_replica < a.requests_per_s_per_replica
     assert b.replicas >= a.replicas
     steps = {s.name: s for s in b.derivation}
+    assert steps["tokens_per_image"].stage == "Vision input"
+    assert "P_v * 2" in steps["weights_bytes_total"].formula
     assert steps["tokens_per_image"].value == 196
     assert steps["prompt_tokens_with_images"].value == 1784
     for name in ("tokens_per_image", "image_tokens_per_request", "prompt_tokens_with_images",
-                 "vision_encoder_gflop_per_request"):  # fmt: skip
+                 "vision_encoder_gflop_per_request", "weights_bytes_total",
+                 "weights_gb_per_gpu"):  # fmt: skip
         s = steps[name]
-        assert s.stage == "Vision input"
         assert evaluate(s.formula, s.inputs) == pytest.approx(s.value), name
 
 
@@ -133,6 +135,10 @@ def test_predict_rows_with_images_matches_a_longer_prompt_in_memory():
     b = predict_rows(VLM, H100, 1, 1, 1, 1, "bf16", None, 1000, 200, 8, images_per_request=1)
     given = predict_rows(VLM, H100, 1, 1, 1, 1, "bf16", None, 1000, 200, 8,
                          images_per_request=1, tokens_per_image=196)  # fmt: skip
-    assert b.max_concurrency[0] == a.max_concurrency[0]
-    assert b.ttft_ms[0] > a.ttft_ms[0]  # the encoder
+    # the encoder's weights (bf16) join the memory fit: 2 * 452,947,968 B = 0.906 GB
+    assert b.weights_gb_per_gpu[0] - a.weights_gb_per_gpu[0] == pytest.approx(0.905896, abs=1e-6)
+    assert b.max_concurrency[0] < a.max_concurrency[0]
+    assert b.ttft_ms[0] > a.ttft_ms[0]  # the encoder's FLOPs
+    text = predict_rows(VLM, H100, 1, 1, 1, 1, "bf16", None, 1000, 200, 8)
+    assert text.weights_gb_per_gpu[0] == a.weights_gb_per_gpu[0]  # no images: no encoder
     assert given.ttft_ms[0] == b.ttft_ms[0]
