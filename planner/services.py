@@ -468,7 +468,8 @@ def expand_candidates(scenario: Scenario, models, gpus) -> list[dict]:
     routed experts, KV cache and embeddings on every row; ``attention`` replaces the swept
     weight precision (the attention and dense weights are what ``precision`` means)."""
     shared = component_precisions(scenario.serving)
-    per_model = _precisions_by_model(shared.pop("models", {}), scenario.owner)
+    owner = scenario.owner if scenario.owner_id else None  # a plan file has no owner
+    per_model = _precisions_by_model(shared.pop("models", {}), owner)
     rows = []
     for model in models:
         components = shared | per_model.get(model.pk, {})

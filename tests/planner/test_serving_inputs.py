@@ -289,3 +289,20 @@ def test_a_model_gets_its_own_components_and_unknown_models_are_refused(catalog,
     bad = body(serving={"precision": {"models": {"Llama 3.1 70B": {"kv": "fp2"}}}})
     response = api.post("/api/v1/scenarios/", bad, format="json")
     assert "serving.precision.models.Llama 3.1 70B.kv" in response.json()["errors"]
+
+
+def test_the_vision_and_mixed_precision_example_plans(catalog):
+    import io as _io
+
+    from django.core.management import call_command
+
+    out = _io.StringIO()
+    path = ROOT / "examples" / "vision-mixed-precision.json"
+    call_command("plan", str(path), "--json", "--no-tails", stdout=out)
+    result = json.loads(out.getvalue())
+    best = result["rows"][0]
+    assert best["meets_slo"], best
+    steps = {s["name"]: s for s in best["derivation"]["steps"]}
+    assert steps["tokens_per_image"]["value"] == 280  # Gemma 4's vision_soft_tokens_per_image
+    assert steps["prompt_tokens_with_images"]["value"] == 800 + 2 * 280
+    assert "P_e * b_e" in steps["weights_bytes_total"]["formula"]
