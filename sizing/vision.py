@@ -78,11 +78,19 @@ def _first(cfg: Mapping, *names, default=0):
 
 
 def vision_from_hf_config(cfg: Mapping) -> dict:
-    """``ModelSpec`` vision fields from a config.json with a ``vision_config`` (``{}`` if none):
-    ``vision_params``, ``vision_patch_size``, ``vision_merge``, ``vision_tokens_per_image``."""
+    """``ModelSpec`` vision fields from a config.json with a ``vision_config`` (``{}`` if none
+    or if it cannot be read): ``vision_params``, ``vision_patch_size``, ``vision_merge``,
+    ``vision_tokens_per_image``."""
     vc = cfg.get("vision_config") if isinstance(cfg, Mapping) else None
     if not isinstance(vc, Mapping):
         return {}
+    try:
+        return _vision_fields(cfg, vc)
+    except (TypeError, ValueError, OverflowError):  # an imported config of another shape
+        return {}
+
+
+def _vision_fields(cfg: Mapping, vc: Mapping) -> dict:
     d = float(_first(vc, "hidden_size", "vt_hidden_size", "embed_dim"))
     ffn = float(_first(vc, "intermediate_size", "vt_intermediate_size", default=4 * d))
     layers = float(_first(vc, "num_hidden_layers", "depth", "vt_num_hidden_layers"))
@@ -98,6 +106,8 @@ def vision_from_hf_config(cfg: Mapping) -> dict:
         merge, concat = int(vc["pooling_kernel_size"]) ** 2, False
     else:
         merge = 1
+    if merge < 1:
+        return {}
     width = merge * d if concat else d  # the merger's input width
     frames = float(_first(vc, "temporal_patch_size", default=1))
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), Mapping) else cfg
@@ -109,6 +119,8 @@ def vision_from_hf_config(cfg: Mapping) -> dict:
         + width * d_text
     )
     fixed = int(_first(cfg, "vision_soft_tokens_per_image", "mm_tokens_per_image"))
+    if not (math.isfinite(params) and params > 0 and fixed >= 0):
+        return {}
     return {
         "vision_params": float(params),
         "vision_patch_size": patch,

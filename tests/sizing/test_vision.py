@@ -60,6 +60,13 @@ def test_vision_configs_of_the_shipped_models():
     gemma = vision_from_hf_config(_config("google--gemma-4-26B-A4B"))
     assert (gemma["vision_tokens_per_image"], gemma["vision_merge"]) == (280, 9)
     assert vision_from_hf_config(_config("meta-llama--Meta-Llama-3.1-8B")) == {}
+    # a vision_config of another shape is no vision config, never an error
+    for odd in (
+        {"patch_size": [14, 14], "hidden_size": 1152, "depth": 27},
+        {"patch_size": 14, "hidden_size": "wide", "depth": 27},
+        {"patch_size": 14, "hidden_size": 1152, "depth": 27, "spatial_merge_size": 0},
+    ):
+        assert vision_from_hf_config({"vision_config": odd}) == {}, odd  # fmt: skip
 
 
 def test_a_text_model_needs_the_count_given():
