@@ -235,12 +235,13 @@ def stage_cost(
     expert_dec = expert_pre = 0.0
     if _experts_at_own_peak(c):
         # the routed experts' GEMMs run at their own precision's peak: re-time that share
-        routed = 2.0 * routed_active_params(c) / shard
+        own = (c.num_experts > 0) & (c.expert_peak_flops != c.peak_flops)
+        routed = np.where(own, 2.0 * routed_active_params(c) / shard, 0.0)
         expert_dec, expert_pre = routed * dec, routed * pre
-        rescale = 1.0 / c.expert_peak_flops - 1.0 / c.peak_flops
-        flop_s = flop_s + (
-            expert_dec / c.eta_flop_decode + expert_pre / c.eta_flop_prefill
-        ) * np.where(c.num_experts > 0, rescale, 0.0)
+        rescale = np.where(own, 1.0 / c.expert_peak_flops - 1.0 / c.peak_flops, 0.0)
+        flop_s = (
+            flop_s + (expert_dec / c.eta_flop_decode + expert_pre / c.eta_flop_prefill) * rescale
+        )
     comm_s = tp_allreduce_s(c, tokens) + ep_alltoall_s(c, tokens)
     return StageCost(
         weight_bytes=weight_bytes,

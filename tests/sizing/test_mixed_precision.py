@@ -137,3 +137,11 @@ def test_predict_rows_takes_the_embedding_precision():
                      embedding_precision="fp8")  # fmt: skip
     assert b.weights_gb_per_gpu[0] < a.weights_gb_per_gpu[0]
     assert b.tpot_ms[0] < a.tpot_ms[0]
+
+
+def test_in_one_batch_of_rows_only_the_rows_with_a_faster_expert_peak_split():
+    c = CandidateArrays.build([GPT_OSS_120B, GPT_OSS_120B], [H100, B200], "bf16",
+                              expert_precision=["int4", "fp4"])  # fmt: skip
+    st = prefill_time(c, np.array([8000.0, 8000.0])).stage
+    assert st.flops_expert_prefill[0] == 0.0  # int4 on H100: bf16 GEMMs, one term
+    assert st.flops_expert_prefill[1] == pytest.approx(2 * ROUTED_ACTIVE * 8000)
