@@ -127,6 +127,8 @@ def candidates(snapshot: dict, indices: range | list[int] | None = None) -> list
                 gpu=gpu if usd == gpu.usd_per_gpu_hour else replace(gpu, usd_per_gpu_hour=usd),
                 weight_precision=row["precision"],
                 kv_precision=row.get("kv_precision") or None,
+                expert_precision=row.get("expert_precision") or None,
+                embedding_precision=row.get("embedding_precision") or None,
                 parallelism=Parallelism(tp=row["tp"], pp=row["pp"], ep=row["ep"]),
                 engine=engine,
                 calibration=calibrations.get(

@@ -180,7 +180,8 @@ def scenario_edit(request, pk: int):
     )
     if request.method == "POST" and form.is_valid():
         try:
-            services.scenario_update(scenario=scenario, data=form.service_data())
+            data = form.service_data(keep=scenario.serving)
+            services.scenario_update(scenario=scenario, data=data)
         except ValidationError as exc:
             form.apply_service_errors(exc)
         else:
@@ -424,6 +425,11 @@ def scenario_inputs(scenario: Scenario) -> list[tuple[str, str]]:
         (
             "Shared prefix (tokens) × hit rate",
             f"{_fmt(scenario.shared_prefix_tokens)} × {_fmt(scenario.prefix_hit_rate)}",
+        ),
+        (
+            "Images per request × tokens per image",
+            f"{_fmt(scenario.images_per_request)} × "
+            f"{_fmt(scenario.tokens_per_image) if scenario.tokens_per_image else 'from config'}",
         ),
         ("TTFT limit (ms)", _fmt(scenario.ttft_ms)),
         ("TPOT limit (ms)", _fmt(scenario.tpot_ms)),

@@ -126,6 +126,13 @@ class ModelSpec:
     max_context: int = 131072
     #: Input embedding shared with the LM head: then the table *is* read every decode step.
     tie_word_embeddings: bool = False
+    #: Vision-language models (``sizing.vision``, from the config's ``vision_config``): the
+    #: encoder's params, its patch side (px), patches merged into one token, and a fixed
+    #: tokens-per-image count when the config states one (0: derive from tiles)
+    vision_params: float = 0.0
+    vision_patch_size: int = 0
+    vision_merge: int = 1
+    vision_tokens_per_image: int = 0
 
     @property
     def is_mla(self) -> bool:
@@ -291,6 +298,14 @@ class Traffic:
     shared_prefix_tokens: float = 0.0
     prefix_hit_rate: float = 0.0
     hourly_rps: tuple[float, ...] = field(default_factory=tuple)  # optional 24-value profile
+    #: Vision-language input (``sizing.vision``): images per request and tokens per image
+    #: (0: from the model's vision config, ``image_tiles`` tiles of ``tile_px`` px each)
+    images_per_request: float = 0.0
+    tokens_per_image: float = 0.0
+    image_tiles: float = 1.0
+    tile_px: float = 448.0
+    #: image tokens already included in ``prompt_tokens_mean`` (set by ``vision.fold_images``)
+    image_tokens: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,18 @@ class TrafficSerializer(serializers.Serializer):
     output_tokens = LengthSerializer()
     shared_prefix_tokens = serializers.FloatField(required=False, help_text="tokens")
     prefix_hit_rate = serializers.FloatField(required=False, help_text="0..1")
+    images_per_request = serializers.FloatField(
+        required=False, help_text="images per request (vision-language models), 0..1000"
+    )
+    tokens_per_image = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        help_text="tokens per image; blank: from each model's vision config",
+    )
+    image_tiles = serializers.FloatField(
+        required=False, help_text="tiles per image for the derived count (1)"
+    )
+    tile_px = serializers.FloatField(required=False, help_text="tile side, px (448)")
 
 
 class SloSerializer(serializers.Serializer):
@@ -109,7 +121,31 @@ class LoraSerializer(serializers.Serializer):
     resident_slots = serializers.IntegerField(required=False)
 
 
+class PrecisionSerializer(serializers.Serializer):
+    """Per-component precision of a mixed checkpoint; blank: the candidate's precision."""
+
+    experts = serializers.CharField(
+        required=False, allow_blank=True, max_length=20, help_text="routed experts (fp4)"
+    )
+    attention = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=20,
+        help_text="attention and dense weights (replaces candidates.precisions)",
+    )
+    kv = serializers.CharField(required=False, allow_blank=True, max_length=20)
+    embeddings = serializers.CharField(
+        required=False, allow_blank=True, max_length=20, help_text="embedding and LM head"
+    )
+    models = serializers.DictField(
+        child=serializers.DictField(child=serializers.CharField(max_length=20)),
+        required=False,
+        help_text='per model, its own components: {"gpt-oss-120b": {"experts": "mxfp4"}}',
+    )
+
+
 class ServingSerializer(serializers.Serializer):
+    precision = PrecisionSerializer(required=False)
     speculative = SpeculativeSerializer(required=False)
     routing = serializers.ChoiceField(
         choices=["random", "least_loaded", "prefix_affinity"], required=False
