@@ -16,6 +16,7 @@ from django.db.models import F
 from fleets.models import GpuSku, ModelArchitecture
 from fleets.names import normalize_name
 from sizing.specs import GpuSpec, ModelSpec
+from sizing.vision import vision_from_hf_config
 
 
 def _keys(*names) -> set[str]:
@@ -122,6 +123,7 @@ def model_spec(row: ModelArchitecture) -> ModelSpec:
         num_moe_layers=row.num_moe_layers,
         max_context=row.max_context or 131072,
         tie_word_embeddings=row.tie_word_embeddings,
+        **vision_from_hf_config(row.config_json or {}),
     )
 
 

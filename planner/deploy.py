@@ -11,12 +11,24 @@ The autoscaler is a KEDA ScaledObject when the plan scales to zero or holds a wa
 allows ``minReplicaCount: 0`` and adds the warm pool with a scaling-modifier formula,
 https://keda.sh/docs/latest/reference/scaledobject-spec/), else a HorizontalPodAutoscaler
 (autoscaling/v2) on a Pods metric served by a Prometheus adapter.
+
+A replica that spans nodes (TP x PP GPUs > the GPUs of one node) cannot be a Deployment: it
+becomes a LeaderWorkerSet (``leaderworkerset.x-k8s.io/v1``; one group of ``size`` pods per
+replica, one pod per node, each requesting ``gpus_per_replica / size`` GPUs), the form vLLM
+documents for multi-node serving (https://docs.vllm.ai/en/latest/deployment/frameworks/lws.html):
+the leader starts a Ray head with ``multi-node-serving.sh leader
+--ray_cluster_size=$(LWS_GROUP_SIZE)`` and then the OpenAI server with the same engine
+arguments plus ``--distributed-executor-backend ray``; each worker joins with
+``multi-node-serving.sh worker --ray_address=$(LWS_LEADER_ADDRESS)``. The Service selects the
+leaders (the only pods that serve HTTP) and the autoscaler scales the LeaderWorkerSet by whole
+groups (its scale subresource counts groups).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import shlex
 
 import yaml
 
@@ -31,6 +43,11 @@ KV_DTYPES = {"fp8": "fp8", "int8": "fp8"}  # anything else: "auto" (the model's 
 WEIGHT_MOUNT = "/models"
 AUTOSCALERS = ("hpa", "keda")
 PROMETHEUS = "http://prometheus.monitoring:9090"  # a placeholder: your Prometheus
+#: LeaderWorkerSet API (https://github.com/kubernetes-sigs/lws) and the Ray helper script the
+#: vLLM image ships (examples/online_serving/multi-node-serving.sh in the vLLM repository).
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+RAY_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
+SERVER = ["python3", "-m", "vllm.entrypoints.openai.api_server"]  # the image's entrypoint
 
 
 class DeployError(ValueError):
@@ -97,6 +114,64 @@ def _volume(source: str) -> dict:
     return {"name": "weights", "emptyDir": {}}
 
 
+def nodes_per_replica(gpus_per_replica: int, gpus_per_node: int) -> int:
+    """Pods (one per node) of one replica: the fewest nodes that hold its GPUs in equal
+    shares, ``min n >= ceil(g / per_node)`` with ``g % n == 0`` (1 when it fits a node)."""
+    if not gpus_per_node or gpus_per_replica <= gpus_per_node:
+        return 1
+    n = math.ceil(gpus_per_replica / gpus_per_node)
+    while gpus_per_replica % n:
+        n += 1
+    return n
+
+
+def _pod_spec(vendor: str, gpu_name: str, gpus: int, weights_source: str, container: dict):
+    resource = GPU_RESOURCE[vendor]
+    return {
+        # GPU feature discovery's product label; check yours with
+        # kubectl get nodes -L nvidia.com/gpu.product
+        "nodeSelector": {"nvidia.com/gpu.product": _dns_name(vendor, gpu_name)}
+        if vendor == "nvidia"
+        else {"amd.com/gpu.product-name": gpu_name},
+        "tolerations": [{"key": resource, "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [
+            container
+            | {
+                "resources": {"requests": {resource: gpus}, "limits": {resource: gpus}},
+                "volumeMounts": [
+                    {"name": "weights", "mountPath": WEIGHT_MOUNT},
+                    {"name": "dshm", "mountPath": "/dev/shm"},
+                ],
+            }
+        ],
+        "volumes": [_volume(weights_source), {"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+    }
+
+
+def _probes(cold_start_s: float) -> dict:
+    """Readiness tied to the engine's warm-up: ``/health`` answers once the engine has loaded,
+    captured its graphs and warmed up; the startup probe allows twice the cold start."""
+    probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5}
+    startup_failures = max(int(math.ceil(2 * cold_start_s / 10)), 3)
+    return {
+        "startupProbe": probe | {"periodSeconds": 10, "failureThreshold": startup_failures},
+        "readinessProbe": probe | {"failureThreshold": 3},
+        "livenessProbe": probe | {"periodSeconds": 15, "failureThreshold": 4},
+    }
+
+
+def _metadata(run: SizingRun, result, name: str, cold: dict, labels: dict) -> dict:
+    return {
+        "name": name,
+        "labels": labels,
+        "annotations": {
+            "headroom/run": str(run.pk),
+            "headroom/candidate": result.candidate_key,
+            "headroom/cold-start-s": f"{cold['total']:.1f}",
+        },
+    }
+
+
 def deployment(
     run: SizingRun, result, entry: dict, model_id: str, vendor: str, gpu_name: str
 ) -> dict:
@@ -104,75 +179,89 @@ def deployment(
     gpus = int(result.gpus_per_replica)
     cold = entry["cold_start_s"]
     policy = entry["autoscaling"]
-    resource = GPU_RESOURCE[vendor]
-    probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5}
-    # the pod serves once the engine has loaded, captured its graphs and warmed up: the
-    # startup probe allows twice the cold start before Kubernetes gives up on it
-    startup_failures = max(int(math.ceil(2 * cold["total"] / 10)), 3)
     labels = {"app": name}
+    container = {
+        "name": "vllm",
+        "image": IMAGES[vendor],
+        "args": vllm_args(run, result, model_id),
+        "ports": [{"name": "http", "containerPort": HTTP_PORT}],
+        **_probes(cold["total"]),
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {
-            "name": name,
-            "labels": labels,
-            "annotations": {
-                "headroom/run": str(run.pk),
-                "headroom/candidate": result.candidate_key,
-                "headroom/cold-start-s": f"{cold['total']:.1f}",
-            },
-        },
+        "metadata": _metadata(run, result, name, cold, labels),
         "spec": {
             "replicas": max(policy["min_replicas"], 1),
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels},
-                "spec": {
-                    # GPU feature discovery's product label; check yours with
-                    # kubectl get nodes -L nvidia.com/gpu.product
-                    "nodeSelector": {"nvidia.com/gpu.product": _dns_name(vendor, gpu_name)}
-                    if vendor == "nvidia"
-                    else {"amd.com/gpu.product-name": gpu_name},
-                    "tolerations": [
-                        {"key": resource, "operator": "Exists", "effect": "NoSchedule"}
-                    ],
-                    "containers": [
-                        {
-                            "name": "vllm",
-                            "image": IMAGES[vendor],
-                            "args": vllm_args(run, result, model_id),
-                            "ports": [{"name": "http", "containerPort": HTTP_PORT}],
-                            "resources": {
-                                "requests": {resource: gpus},
-                                "limits": {resource: gpus},
-                            },
-                            "startupProbe": probe
-                            | {"periodSeconds": 10, "failureThreshold": startup_failures},
-                            "readinessProbe": probe | {"failureThreshold": 3},
-                            "livenessProbe": probe | {"periodSeconds": 15, "failureThreshold": 4},
-                            "volumeMounts": [
-                                {"name": "weights", "mountPath": WEIGHT_MOUNT},
-                                {"name": "dshm", "mountPath": "/dev/shm"},
-                            ],
-                        }
-                    ],
-                    "volumes": [
-                        _volume(cold.get("weights_source", "")),
-                        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
-                    ],
+                "spec": _pod_spec(
+                    vendor, gpu_name, gpus, cold.get("weights_source", ""), container
+                ),
+            },
+        },
+    }
+
+
+def leader_worker_set(
+    run: SizingRun, result, entry: dict, model_id: str, vendor: str, gpu_name: str, nodes: int
+) -> dict:
+    """One replica = one group of ``nodes`` pods (leader + workers), Ray across them."""
+    name = _dns_name(result.model_name, entry["gpu"])
+    gpus_per_pod = int(result.gpus_per_replica) // nodes
+    cold = entry["cold_start_s"]
+    policy = entry["autoscaling"]
+    source = cold.get("weights_source", "")
+    serve = shlex.join([*SERVER, *vllm_args(run, result, model_id)])
+    leader = {
+        "name": "vllm-leader",
+        "image": IMAGES[vendor],
+        "command": ["sh", "-c"],
+        "args": [
+            f"bash {RAY_SCRIPT} leader --ray_cluster_size=$(LWS_GROUP_SIZE); "
+            f"{serve} --distributed-executor-backend ray"
+        ],
+        "ports": [{"name": "http", "containerPort": HTTP_PORT}],
+        **_probes(cold["total"]),
+    }
+    worker = {
+        "name": "vllm-worker",
+        "image": IMAGES[vendor],
+        "command": ["sh", "-c"],
+        "args": [f"bash {RAY_SCRIPT} worker --ray_address=$(LWS_LEADER_ADDRESS)"],
+    }
+    return {
+        "apiVersion": LWS_API,
+        "kind": "LeaderWorkerSet",
+        "metadata": _metadata(run, result, name, cold, {"app": name}),
+        "spec": {
+            "replicas": max(policy["min_replicas"], 1),
+            "leaderWorkerTemplate": {
+                "size": nodes,
+                # a lost pod loses the replica's shards: restart the whole group
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": {
+                    "metadata": {"labels": {"app": name, "role": "leader"}},
+                    "spec": _pod_spec(vendor, gpu_name, gpus_per_pod, source, leader),
+                },
+                "workerTemplate": {
+                    "metadata": {"labels": {"app": name, "role": "worker"}},
+                    "spec": _pod_spec(vendor, gpu_name, gpus_per_pod, source, worker),
                 },
             },
         },
     }
 
 
-def service(name: str) -> dict:
+def service(name: str, leaders_only: bool = False) -> dict:
+    selector = {"app": name, "role": "leader"} if leaders_only else {"app": name}
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name, "labels": {"app": name}},
         "spec": {
-            "selector": {"app": name},
+            "selector": selector,
             "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
         },
     }
@@ -193,7 +282,12 @@ def _behavior(policy: dict) -> dict:
     }
 
 
-def hpa(name: str, policy: dict) -> dict:
+def _target(name: str, kind: str) -> dict:
+    api = LWS_API if kind == "LeaderWorkerSet" else "apps/v1"
+    return {"apiVersion": api, "kind": kind, "name": name}
+
+
+def hpa(name: str, policy: dict, kind: str = "Deployment") -> dict:
     """The warm pool cannot be a constant on top of an HPA's count; it becomes the floor."""
     floor = max(policy["min_replicas"], 1) + policy["warm_pool_replicas"]
     return {
@@ -201,7 +295,7 @@ def hpa(name: str, policy: dict) -> dict:
         "kind": "HorizontalPodAutoscaler",
         "metadata": {"name": name},
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "scaleTargetRef": _target(name, kind),
             "minReplicas": floor,
             "maxReplicas": max(policy["max_replicas"] + policy["warm_pool_replicas"], floor),
             "metrics": [
@@ -222,13 +316,16 @@ def hpa(name: str, policy: dict) -> dict:
     }
 
 
-def keda(name: str, policy: dict, prometheus: str) -> dict:
-    """Desired = ceil(running / target) + warm: the formula adds warm x target requests."""
+def keda(name: str, policy: dict, prometheus: str, kind: str = "Deployment") -> dict:
+    """Desired = ceil(running / target) + warm: the formula adds warm x target requests.
+    A LeaderWorkerSet's leaders are ``<name>-<group>`` (workers ``<name>-<group>-<i>`` serve
+    no HTTP); the query counts the leaders only."""
     target = policy["in_flight_target"]
     warm = policy["warm_pool_replicas"]
-    query = f'sum(vllm:num_requests_running{{pod=~"{name}-.*"}})'
+    pods = f"{name}-[0-9]+" if kind == "LeaderWorkerSet" else f"{name}-.*"
+    query = f'sum(vllm:num_requests_running{{pod=~"{pods}"}})'
     spec = {
-        "scaleTargetRef": {"name": name},
+        "scaleTargetRef": _target(name, kind) if kind != "Deployment" else {"name": name},
         "minReplicaCount": policy["min_replicas"],
         "maxReplicaCount": policy["max_replicas"] + warm,
         "cooldownPeriod": int(policy["scale_down_cooldown_s"]),
@@ -278,23 +375,30 @@ def deploy_yaml(run: SizingRun, gpu: str, autoscaler: str = "") -> str:
     kind = autoscaler or (
         "keda" if policy["min_replicas"] == 0 or policy["warm_pool_replicas"] else "hpa"
     )
-    doc = deployment(run, result, entry, model_id, vendor, entry.get("gpu_name", gpu))
-    name = doc["metadata"]["name"]
+    gpu_name = entry.get("gpu_name", gpu)
+    per_node = (run.inputs.get("gpus") or {}).get(gpu, {}).get("gpus_per_node") or 0
+    nodes = nodes_per_replica(int(result.gpus_per_replica), int(per_node))
+    if nodes > 1:
+        doc = leader_worker_set(run, result, entry, model_id, vendor, gpu_name, nodes)
+    else:
+        doc = deployment(run, result, entry, model_id, vendor, gpu_name)
+    name, workload = doc["metadata"]["name"], doc["kind"]
     scaler = (
-        keda(name, policy, "http://prometheus.monitoring:9090")
-        if kind == "keda"
-        else hpa(name, policy)
+        keda(name, policy, PROMETHEUS, workload) if kind == "keda" else hpa(name, policy, workload)
     )
     header = (
-        f"# Headroom run {run.pk}: {result.model_name} on {entry.get('gpu_name', gpu)}, "
+        f"# Headroom run {run.pk}: {result.model_name} on {gpu_name}, "
         f"{result.candidate_key}\n"
         f"# cold start {entry['cold_start_s']['total']:.0f} s; scale on in-flight requests "
         f"per pod (target {policy['in_flight_target']:.1f}); warm pool "
         f"{policy['warm_pool_replicas']}; a starting point: check the node labels, the image "
         "tag and the Prometheus address\n"
     )
-    per_node = (run.inputs.get("gpus") or {}).get(gpu, {}).get("gpus_per_node") or 0
-    if per_node and result.gpus_per_replica > per_node:
-        header += "# this replica spans nodes: a Deployment cannot; use a LeaderWorkerSet\n"
-    body = yaml.safe_dump_all([doc, service(name), scaler], sort_keys=False)
+    if nodes > 1:
+        header += (
+            f"# one replica spans {nodes} nodes ({result.gpus_per_replica} GPUs, "
+            f"{int(result.gpus_per_replica) // nodes} per node): a LeaderWorkerSet with Ray "
+            "across the group; install the LeaderWorkerSet controller first\n"
+        )
+    body = yaml.safe_dump_all([doc, service(name, nodes > 1), scaler], sort_keys=False)
     return header + body

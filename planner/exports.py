@@ -179,6 +179,11 @@ FLEET_LIFE_COLUMNS = [
     ("min_replicas", _life("autoscaling", "min_replicas"), "int"),
     ("max_replicas", _life("autoscaling", "max_replicas"), "int"),
     ("burst_slo_share", _life("autoscaling", "burst", "slo_share"), "fraction"),
+    (
+        "burst_simulated_slo_share",
+        _life("autoscaling", "burst", "simulated", "slo_share"),
+        "fraction",
+    ),
     ("autoscaled_usd_per_month", _life("autoscaled_usd_per_month"), "money"),
     ("autoscaled_saving_usd_per_month", _life("autoscaled_saving_usd_per_month"), "money"),
     ("owned_usd_per_gpu_hour", _life("tco", "owned_usd_per_gpu_hour"), "price"),

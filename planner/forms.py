@@ -51,6 +51,55 @@ UNITS = {
     "warm_pool_replicas": "replicas",
     "spare_nodes": "nodes",
     "tags": "comma-separated",
+    "images_per_request": "images",
+    "tokens_per_image": "tokens",
+    "image_tiles": "tiles",
+    "tile_px": "px",
+    "gpu_memory_utilization": "fraction (0–1]",
+    "max_num_seqs": "sequences",
+    "max_num_batched_tokens": "tokens",
+    "max_model_len": "tokens",
+    "spec_head_params": "params",
+    "spec_tokens": "tokens (k)",
+    "spec_acceptance": "fraction [0–1)",
+    "distinct_prefixes": "prefixes",
+    "lora_adapters": "adapters",
+    "lora_active_per_batch": "adapters",
+    "lora_resident_slots": "adapters",
+}
+
+#: Form inputs that fill the ``engine`` and ``serving`` blocks: field -> (flat block, path).
+#: The service checks them (``sizing.engine_settings``, ``sizing.serving``), as for the API.
+SERVING_INPUTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gpu_memory_utilization": ("engine_settings", ("gpu_memory_utilization",)),
+    "max_num_seqs": ("engine_settings", ("max_num_seqs",)),
+    "max_num_batched_tokens": ("engine_settings", ("max_num_batched_tokens",)),
+    "max_model_len": ("engine_settings", ("max_model_len",)),
+    "spec_method": ("serving", ("speculative", "method")),
+    "spec_draft_model": ("serving", ("speculative", "draft_model")),
+    "spec_head_params": ("serving", ("speculative", "head_params")),
+    "spec_tokens": ("serving", ("speculative", "tokens")),
+    "spec_acceptance": ("serving", ("speculative", "acceptance")),
+    "routing": ("serving", ("routing",)),
+    "distinct_prefixes": ("serving", ("distinct_prefixes",)),
+    "lora_adapters": ("serving", ("lora", "adapters")),
+    "lora_rank": ("serving", ("lora", "rank")),
+    "lora_target_modules": ("serving", ("lora", "target_modules")),
+    "lora_active_per_batch": ("serving", ("lora", "active_per_batch")),
+    "lora_resident_slots": ("serving", ("lora", "resident_slots")),
+    "precision_experts": ("serving", ("precision", "experts")),
+    "precision_attention": ("serving", ("precision", "attention")),
+    "precision_kv": ("serving", ("precision", "kv")),
+    "precision_embeddings": ("serving", ("precision", "embeddings")),
+}
+#: a service error on a whole block (or an item of a list) goes beside this input
+_BLOCK_INPUT = {
+    "engine_settings": "gpu_memory_utilization",
+    "serving": "routing",
+    "serving.speculative": "spec_method",
+    "serving.lora": "lora_adapters",
+    "serving.precision": "precision_experts",
+    "serving.speculative.acceptance_by_position": "spec_acceptance",
 }
 
 #: The fleet-life blocks, one "key = value" per line (planner.lifecycle lists the keys).
@@ -70,6 +119,10 @@ SECTIONS = [
             "shared_prefix_tokens",
             "prefix_hit_rate",
             "hourly_rps",
+            "images_per_request",
+            "tokens_per_image",
+            "image_tiles",
+            "tile_px",
         ],
     ),
     ("Latency SLOs", ["ttft_ms", "tpot_ms", "slo_percentile", "goodput_target"]),
@@ -84,6 +137,31 @@ SECTIONS = [
             "ep_options",
             "engine",
             "calibration_profile",
+        ],
+    ),
+    (
+        "Engine settings",
+        ["gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "max_model_len"],
+    ),
+    (
+        "Serving techniques",
+        [
+            "spec_method",
+            "spec_draft_model",
+            "spec_head_params",
+            "spec_tokens",
+            "spec_acceptance",
+            "routing",
+            "distinct_prefixes",
+            "lora_adapters",
+            "lora_rank",
+            "lora_target_modules",
+            "lora_active_per_batch",
+            "lora_resident_slots",
+            "precision_experts",
+            "precision_attention",
+            "precision_kv",
+            "precision_embeddings",
         ],
     ),
     ("Pricing", ["tier", "price_sheet", "price_provider", "reserved_discount", "gpu_prices"]),
@@ -107,6 +185,9 @@ SECTIONS = [
 DEFAULTED_FIELDS = [
     "shared_prefix_tokens",
     "prefix_hit_rate",
+    "images_per_request",
+    "image_tiles",
+    "tile_px",
     "slo_percentile",
     "goodput_target",
     "target_utilization",
@@ -181,6 +262,20 @@ class ScenarioForm(AccessibleErrorsMixin, forms.Form):
         help_text="24 comma-separated hourly rates, hour 0 first; blank for none.",
     )
 
+    images_per_request = forms.FloatField(
+        label="Images per request",
+        initial=0,
+        required=False,
+        help_text="vision-language models: image tokens join the prompt",
+    )
+    tokens_per_image = forms.FloatField(
+        label="Tokens per image",
+        required=False,
+        help_text="blank: from each model's vision config (tiles, patch size, merge)",
+    )
+    image_tiles = forms.FloatField(label="Tiles per image", initial=1, required=False)
+    tile_px = forms.FloatField(label="Tile side", initial=448, required=False)
+
     ttft_ms = forms.FloatField(label="Time to first token (TTFT) limit")
     tpot_ms = forms.FloatField(label="Time per output token (TPOT) limit")
     slo_percentile = forms.FloatField(label="SLO percentile", initial=95, required=False)
@@ -209,6 +304,77 @@ class ScenarioForm(AccessibleErrorsMixin, forms.Form):
         label="Calibration profile",
         required=False,
         help_text="pins one GPU's profile; the other GPUs use the best match for the engine",
+    )
+
+    gpu_memory_utilization = forms.FloatField(
+        label="GPU memory utilization", required=False, help_text="blank: 0.90"
+    )
+    max_num_seqs = forms.IntegerField(
+        label="Max sequences per batch", required=False, help_text="blank: 1,024"
+    )
+    max_num_batched_tokens = forms.IntegerField(
+        label="Prefill chunk budget",
+        required=False,
+        help_text="max_num_batched_tokens; blank: 8,192",
+    )
+    max_model_len = forms.IntegerField(
+        label="Longest request", required=False, help_text="blank: the model's maximum"
+    )
+
+    spec_method = forms.ChoiceField(
+        label="Speculative decoding",
+        required=False,
+        choices=[
+            ("", "off"),
+            ("draft", "draft model"),
+            ("eagle", "EAGLE head"),
+            ("mtp", "MTP head"),
+        ],  # fmt: skip
+    )
+    spec_draft_model = forms.CharField(
+        label="Draft model", required=False, max_length=200, help_text="method draft: a model"
+    )
+    spec_head_params = forms.FloatField(
+        label="Head size", required=False, help_text="EAGLE / MTP: the head's params"
+    )
+    spec_tokens = forms.IntegerField(label="Draft tokens per step", required=False)
+    spec_acceptance = forms.FloatField(label="Acceptance rate", required=False)
+    routing = forms.ChoiceField(
+        label="Routing",
+        required=False,
+        choices=[
+            ("", "none (the hit rate above)"),
+            ("random", "random"),
+            ("least_loaded", "least loaded"),
+            ("prefix_affinity", "prefix affinity"),
+        ],  # fmt: skip
+    )
+    distinct_prefixes = forms.IntegerField(
+        label="Distinct prefixes",
+        required=False,
+        help_text="tenants, system prompts or conversations sharing a prefix",
+    )
+    lora_adapters = forms.IntegerField(label="LoRA adapters", required=False)
+    lora_rank = forms.IntegerField(label="LoRA rank", required=False)
+    lora_target_modules = forms.CharField(
+        label="LoRA target modules",
+        required=False,
+        help_text="comma-separated, e.g. q_proj, v_proj; blank: q, k, v, o",
+    )
+    lora_active_per_batch = forms.FloatField(label="Adapters active per batch", required=False)
+    lora_resident_slots = forms.IntegerField(label="Resident adapter slots", required=False)
+    precision_experts = forms.CharField(
+        label="Expert precision", required=False, max_length=20, help_text="e.g. fp4, int4"
+    )
+    precision_attention = forms.CharField(
+        label="Attention / dense precision",
+        required=False,
+        max_length=20,
+        help_text="replaces the weight precisions above",
+    )
+    precision_kv = forms.CharField(label="KV cache precision", required=False, max_length=20)
+    precision_embeddings = forms.CharField(
+        label="Embedding precision", required=False, max_length=20
     )
 
     tier = forms.ChoiceField(label="Pricing tier", choices=Tier.choices, initial="on_demand")
@@ -241,7 +407,13 @@ class ScenarioForm(AccessibleErrorsMixin, forms.Form):
     target_utilization = forms.FloatField(label="Target utilization", initial=0.7, required=False)
     spare_replicas = forms.IntegerField(label="Spare replicas (N+k)", initial=1, required=False)
     burst_factor = forms.FloatField(label="Burst factor", initial=1.0, required=False)
-    warm_pool_replicas = forms.IntegerField(label="Warm-pool replicas", initial=0, required=False)
+    warm_pool_replicas = forms.IntegerField(
+        label="Warm-pool replicas",
+        initial=0,
+        required=False,
+        help_text="Used only when no burst is stated; with a burst (a ramp, or a burst factor "
+        "above 1) the warm pool is sized from it.",
+    )
     spare_nodes = forms.IntegerField(
         label="Spare nodes (N+k by failure domain)",
         initial=0,
@@ -357,8 +529,10 @@ class ScenarioForm(AccessibleErrorsMixin, forms.Form):
         return self._int_list("ep_options")
 
     # ------------------------------------------------------------------ service glue
-    def service_data(self) -> dict:
-        """The flat dict ``scenario_create`` / ``scenario_update`` take."""
+    def service_data(self, keep: dict | None = None) -> dict:
+        """The flat dict ``scenario_create`` / ``scenario_update`` take. ``keep``: the edited
+        scenario's ``serving`` block, whose API-only parts (per-position acceptance, per-model
+        precisions) the form has no input for and keeps."""
         data = dict(self.cleaned_data)
         sheet = data.pop("price_sheet", None)
         data["price_sheet"] = sheet.pk if sheet else None
@@ -367,7 +541,19 @@ class ScenarioForm(AccessibleErrorsMixin, forms.Form):
         for key in DEFAULTED_FIELDS:
             if data.get(key) is None:
                 data.pop(key, None)  # blank: the model default (new) or the current value (edit)
-        return data
+        blocks: dict[str, dict] = {"engine_settings": {}, "serving": {}}
+        for name, (block, path) in SERVING_INPUTS.items():
+            value = data.pop(name, None)
+            if name == "lora_target_modules":
+                value = [m for m in _split(value or "") if m] or None
+            if value in (None, ""):
+                continue
+            node = blocks[block]
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = value
+        _keep_api_only(blocks["serving"], keep or {})
+        return data | blocks
 
     def apply_service_errors(self, error: ValidationError) -> None:
         """Put each service message beside its input (unknown keys go to the form top)."""
@@ -376,6 +562,8 @@ class ScenarioForm(AccessibleErrorsMixin, forms.Form):
             block, dot, key = (field or "").partition(".")
             if dot and block in BLOCK_FIELDS:  # "ownership.pue" -> beside the block's box
                 self.add_error(block, [f"{key}: {message}" for message in messages])
+            elif serving_input(field):  # "serving.speculative.tokens" -> spec_tokens
+                self.add_error(serving_input(field), messages)
             elif field in self.fields:
                 self.add_error(field, messages)
             elif field in (None, "non_field_errors", "__all__"):
@@ -386,6 +574,44 @@ class ScenarioForm(AccessibleErrorsMixin, forms.Form):
     def sections(self):
         """(title, [bound fields]) in the order the template shows them."""
         return [(title, [self[name] for name in names]) for title, names in SECTIONS]
+
+
+def _keep_api_only(serving: dict, before: dict) -> None:
+    """Parts of a ``serving`` block only the API sets, carried over an edit in the form."""
+    by_position = (before.get("speculative") or {}).get("acceptance_by_position")
+    spec = serving.get("speculative")
+    if by_position and spec is not None and "acceptance" not in spec:
+        spec["acceptance_by_position"] = by_position
+    models = (before.get("precision") or {}).get("models")
+    if models:
+        serving.setdefault("precision", {})["models"] = models
+
+
+def serving_input(field: str | None) -> str:
+    """The form input of an engine/serving error key ('' if it is not one of them)."""
+    if not field:
+        return ""
+    block, _, rest = field.partition(".")
+    path = tuple(rest.split(".")) if rest else ()
+    for name, (target, target_path) in SERVING_INPUTS.items():
+        if target == block and target_path == path:
+            return name
+    bare = field.split("[")[0]
+    return _BLOCK_INPUT.get(bare, "")
+
+
+def serving_initial(engine_settings: dict, serving: dict) -> dict:
+    """A scenario's ``engine`` and ``serving`` blocks -> the form's inputs."""
+    blocks = {"engine_settings": engine_settings or {}, "serving": serving or {}}
+    initial = {}
+    for name, (block, path) in SERVING_INPUTS.items():
+        node = blocks[block]
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if node in (None, ""):
+            continue
+        initial[name] = ", ".join(node) if isinstance(node, list) else node
+    return initial
 
 
 def model_choices(user) -> list[tuple[str, str]]:
@@ -429,6 +655,8 @@ def initial_from_flat(flat: dict) -> dict:
     for name in BLOCK_FIELDS:
         if isinstance(flat.get(name), dict):
             initial[name] = block_text(flat[name])
+    if isinstance(flat.get("engine_settings"), dict) or isinstance(flat.get("serving"), dict):
+        initial |= serving_initial(flat.get("engine_settings") or {}, flat.get("serving") or {})
     index = catalog_index()
     for key, finder, model in (
         ("models", index.model_id, ModelArchitecture),

@@ -14,9 +14,12 @@ import math
 
 import numpy as np
 
-from sizing import autoscale, coldstart, ownership
+from sizing import autoscale, burst_check, coldstart, ownership
 from sizing import breakeven as be
+from sizing.chain import candidate_arrays
 from sizing.cost import HOURS_PER_MONTH
+from sizing.derivation import q, step
+from sizing.simulate import lengths_from_mean_p95
 
 BLOCKS = ("cold_start", "autoscaling", "ownership")
 
@@ -131,9 +134,12 @@ def fleet_life(row: dict, inputs: dict, usd_per_gpu_hour: float) -> dict | None:
     w = _residence_s(row, traffic)
     serving = int(d.get("serving_replicas") or row["replicas"])
     as_in = autoscale.from_block(blocks.get("autoscaling"))
+    # the warm pool the fixed fleet was sized with (from the burst when one is stated): the
+    # autoscaled day holds the same one
+    warm = d.get("warm_pool_replicas")
     pol, pol_steps = autoscale.design(
         as_in, x, w, policy.target_utilization, serving, traffic.peak_rps,
-        policy.burst_factor, t_cold,
+        policy.burst_factor, t_cold, int(warm) if warm is not None else None,
     )  # fmt: skip
     slack = _slack_s(row, inputs.get("slo") or {})
     hourly = be.daily_profile_rps(traffic)
@@ -147,7 +153,8 @@ def fleet_life(row: dict, inputs: dict, usd_per_gpu_hour: float) -> dict | None:
         )
     else:
         day, auto_usd, auto_steps = None, fixed_usd_month, []
-    burst = _burst(pol, x, w, t_cold, slack, float(hourly.max()), as_in.burst_s)
+    burst, burst_steps = _burst(pol, x, w, t_cold, slack, float(hourly.max()), as_in.burst_s)
+    burst_steps += _burst_simulated(burst, row, inputs)
     tco, tco_steps = _tco(row, inputs, usd_per_gpu_hour, auto_usd, fixed_usd_month)
     return {
         "cold_start_s": {
@@ -156,6 +163,7 @@ def fleet_life(row: dict, inputs: dict, usd_per_gpu_hour: float) -> dict | None:
             "weights_source": cs_in.weights_source,
             "weights_gb_s": cs_in.source_gb_s,
             "defaults": list(cs_in.defaults),
+            "default_sources": coldstart.default_sources(cs_in),
         },
         "warm_pool_replicas": pol.warm_pool_replicas,
         "autoscaling": {
@@ -163,6 +171,7 @@ def fleet_life(row: dict, inputs: dict, usd_per_gpu_hour: float) -> dict | None:
             "enabled": as_in.enabled,
             "spot_share": as_in.spot_share,
             "defaults": list(as_in.defaults),
+            "default_sources": autoscale.default_sources(as_in),
             "burst": burst,
         },
         "autoscaled_usd_per_month": auto_usd if usd_per_gpu_hour > 0 else None,
@@ -177,7 +186,7 @@ def fleet_life(row: dict, inputs: dict, usd_per_gpu_hour: float) -> dict | None:
             {**s.as_dict(), "stage": stage}
             for stage, steps in (
                 ("Cold start", cs_steps),
-                ("Autoscaling", pol_steps + auto_steps),
+                ("Autoscaling", pol_steps + auto_steps + burst_steps),
                 ("Buy vs rent", tco_steps),
             )
             for s in steps
@@ -185,22 +194,80 @@ def fleet_life(row: dict, inputs: dict, usd_per_gpu_hour: float) -> dict | None:
     }
 
 
-def _burst(pol, x, w, t_cold, slack, base_rps, burst_s) -> dict:
-    """The worst burst (on the busiest hour) at 1 s resolution, with and without the pool."""
+def _burst(pol, x, w, t_cold, slack, base_rps, burst_s) -> tuple[dict, list]:
+    """The worst burst (on the busiest hour) at 1 s resolution, with and without the pool;
+    ``window`` keeps the per-second rates and ready replicas for the simulator's check."""
     if pol.ramp_rps_per_s <= 0:
         return {"slo_share": 1.0, "slo_share_without_warm_pool": 1.0,
-                "late_requests_without_warm_pool": 0.0, "late_requests": 0.0}  # fmt: skip
+                "late_requests_without_warm_pool": 0.0, "late_requests": 0.0,
+                "simulated": None}, []  # fmt: skip
     # two cold starts after the burst (at most two hours): the queue it left has drained
     tail_s = min(2 * t_cold, 7200.0)
     rates = autoscale.burst_window_rates(base_rps, pol.ramp_rps_per_s, burst_s, tail_s)
     with_pool = autoscale.simulate(rates, 1.0, pol, x, w, t_cold, slack)
     without = autoscale.simulate(rates, 1.0, pol, x, w, t_cold, slack, warm_pool_replicas=0)
-    return {
+    out = {
         "slo_share": with_pool.slo_share,
         "late_requests": float(with_pool.late.sum()),
         "slo_share_without_warm_pool": without.slo_share,
         "late_requests_without_warm_pool": float(without.late.sum()),
+        "simulated": None,
+        "_window": (rates, with_pool.active + with_pool.warm),
     }
+    step_ = step(
+        "burst_fluid_slo_share",
+        "1 - sum(late) / sum(arrived), 1 s steps",
+        [
+            q("base_rps", base_rps, "req/s (busiest hour)"),
+            q("ramp", pol.ramp_rps_per_s, "req/s per s"),
+            q("burst_s", burst_s, "s"),
+            q("tail_s", tail_s, "s"),
+            q("late_requests", out["late_requests"], "requests"),
+        ],
+        with_pool.slo_share,
+        "",
+        "the worst burst window through the policy (fluid queue, warm pool included)",
+        kind="model",
+    )
+    return out, [step_]
+
+
+def _burst_simulated(burst: dict, row: dict, inputs: dict) -> list:
+    """The worst burst window through the engine simulator (``sizing.burst_check``): one
+    bounded simulation of one replica's share of the window; None when it cannot run."""
+    from planner import snapshot as snap
+    from planner import tails
+
+    window = burst.pop("_window", None)
+    if window is None:
+        return []
+    index = next(
+        (
+            i
+            for i, c in enumerate(inputs.get("candidates") or [])
+            if c["key"] == row["candidate_key"]
+        ),
+        None,
+    )
+    if index is None:
+        return []
+    [core] = snap.candidates(inputs, [index])
+    c = candidate_arrays([core])
+    traffic, slo = snap.traffic(inputs), snap.slo(inputs)
+    isl = lengths_from_mean_p95(traffic.prompt_tokens_mean, traffic.prompt_tokens_p95)
+    osl = lengths_from_mean_p95(traffic.output_tokens_mean, traffic.output_tokens_p95)
+    rates, ready = window
+    try:
+        check, steps = burst_check.check_burst(
+            c, isl, osl, rates, ready, 1.0, slo.ttft_ms, slo.tpot_ms, slo.percentile,
+            burst["slo_share"], tails.seed_for(tails.cache_key(inputs, index)),
+            traffic.shared_prefix_tokens, traffic.prefix_hit_rate,
+        )  # fmt: skip
+    except ValueError as exc:  # no KV room for one sequence: the row would not fit
+        burst["simulated"] = {"error": str(exc)}
+        return []
+    burst["simulated"] = check.as_dict()
+    return steps
 
 
 def _day_series(day, spares: int, usd_replica_h: float) -> dict:
@@ -230,7 +297,8 @@ def _tco(row, inputs, usd_per_gpu_hour, auto_usd, fixed_usd) -> tuple[dict | Non
         return {"owned_usd_per_gpu_hour": node.usd_per_gpu_hour, "breakeven_utilization": None,
                 "owned_usd_per_month": None, "rented_usd_per_month": None,
                 "months_to_breakeven": None, "note": "no GPU price: nothing to compare",
-                "defaults": list(own_in.defaults)}, node_steps  # fmt: skip
+                "defaults": list(own_in.defaults),
+                "default_sources": ownership.default_sources(own_in)}, node_steps  # fmt: skip
     rented = auto_usd if auto_usd is not None else fixed_usd
     t = inputs.get("traffic") or {}
     tokens = t.get("mean_rps", 0.0) * (
@@ -240,7 +308,11 @@ def _tco(row, inputs, usd_per_gpu_hour, auto_usd, fixed_usd) -> tuple[dict | Non
         node, row["gpus"], usd_per_gpu_hour, rented, tokens * 3600 * HOURS_PER_MONTH,
         own_in.depreciation_years,
     )  # fmt: skip
-    out = result.as_dict() | {"defaults": list(own_in.defaults), "tdp_w": tdp}
+    out = result.as_dict() | {
+        "defaults": list(own_in.defaults),
+        "default_sources": ownership.default_sources(own_in),
+        "tdp_w": tdp,
+    }
     out["curve"] = _curve(row, inputs, node.usd_per_gpu_hour, usd_per_gpu_hour)
     return out, node_steps + steps
 

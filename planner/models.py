@@ -68,6 +68,20 @@ class Scenario(models.Model):
     prefix_hit_rate = models.FloatField(
         default=0, validators=[MinValueValidator(0), MaxValueValidator(1)]
     )
+    # vision-language prompts (sizing.vision): images per request, tokens per image (blank:
+    # from each model's vision config, image_tiles tiles of tile_px px)
+    images_per_request = models.FloatField(
+        default=0, validators=[MinValueValidator(0), MaxValueValidator(1000)]
+    )
+    tokens_per_image = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100_000)]
+    )
+    image_tiles = models.FloatField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(1000)]
+    )
+    tile_px = models.FloatField(
+        default=448, validators=[MinValueValidator(1), MaxValueValidator(100_000)]
+    )
 
     # SLOs
     ttft_ms = models.FloatField("TTFT limit (ms)", validators=[_positive])

@@ -474,13 +474,22 @@ def _api_fields(row: dict, inputs: dict, breakeven: dict | None) -> dict:
         "text": f"vs {price.get('label')}"
         + (f" at {_usd_rate(blended)}/M tokens (blended in/out)" if blended else ""),
     }
-    policy = inputs.get("policy") or {}
-    spares = int(policy.get("spare_replicas", 0) + policy.get("warm_pool_replicas", 0))
+    spares = fixed_replicas(inputs, row)
     return {
         "api_alternative": alternative,
         "api_verdict": api_verdict(breakeven),
         "hybrid": hybrid_plan(breakeven, spares),
     }
+
+
+def fixed_replicas(inputs: dict, row: dict) -> int:
+    """Spares + the row's warm pool (sized from the burst when one is stated, see
+    ``sizing.fleet.warm_pool``; rows from before that carry the typed one)."""
+    policy = inputs.get("policy") or {}
+    warm = (row.get("derivation") or {}).get("warm_pool_replicas")
+    if warm is None:
+        warm = policy.get("warm_pool_replicas", 0)
+    return int(policy.get("spare_replicas", 0) + warm)
 
 
 def api_verdict(breakeven: dict | None) -> str | None:

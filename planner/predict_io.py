@@ -29,6 +29,13 @@ from sizing.specs import (
     canonical_precision,
 )
 from sizing.speculative import default_head_params
+from sizing.vision import (
+    DEFAULT_TILE_PX,
+    MAX_IMAGES,
+    MAX_TOKENS_PER_IMAGE,
+    derived_tokens_per_image,
+    with_images,
+)
 
 REQUIRED = (
     "model",
@@ -68,9 +75,14 @@ ENGINE_COLUMNS = ENGINE_FIELDS
 PREFIX_COLUMNS = ("prefix_tokens", "prefix_hit_rate")
 SPEC_COLUMNS = ("spec_method", "spec_tokens", "spec_acceptance")
 LORA_COLUMNS = ("lora_adapters", "lora_rank", "lora_active")
-#: the routed experts' precision when the checkpoint mixes them (gpt-oss: fp4 experts, bf16
-#: attention); blank: weight_precision
-PRECISION_COLUMNS = ("expert_precision",)
+#: components at their own precision when the checkpoint mixes them (gpt-oss: fp4 experts,
+#: bf16 attention and embeddings); blank: the routed experts at weight_precision, the
+#: embedding and LM head at max(weight bytes, bf16). Attention/dense weights are
+#: weight_precision, the cache kv_precision.
+PRECISION_COLUMNS = ("expert_precision", "embedding_precision")
+#: vision-language prompts (sizing.vision): images per request, and tokens per image (blank:
+#: from the model's vision config, one 448-px tile)
+VISION_COLUMNS = ("images_per_request", "tokens_per_image")
 #: Disaggregated prefill/decode rows (``mode`` = ``disagg``): each pool's workers and layout
 #: (each worker uses tp x pp x dp GPUs); ``num_gpus, tp, pp, ep`` may then be blank. Optional:
 #: ``kv_link`` (auto | nvlink | rdma) and ``kv_layerwise_overlap`` (true/false).
@@ -85,7 +97,7 @@ DISAGG_OUTPUT = ("kv_transfer_ms", "prefill_gpus", "decode_gpus")
 MODES = ("agg", "disagg")
 OPTIONAL = (
     ENGINE_COLUMNS + PREFIX_COLUMNS + SPEC_COLUMNS + LORA_COLUMNS + PRECISION_COLUMNS
-    + DISAGG_COLUMNS
+    + VISION_COLUMNS + DISAGG_COLUMNS
 )  # fmt: skip
 
 
@@ -112,6 +124,9 @@ class ParsedRow:
     prefix_tokens: float = 0.0
     prefix_hit_rate: float = 0.0
     expert_precision: str = ""
+    embedding_precision: str = ""
+    images_per_request: float = 0.0
+    tokens_per_image: float = 0.0  # 0: from the model's vision config
     #: a disaggregated deployment (``mode`` = ``disagg``), else None
     disagg: DisaggLayout | None = None
 
@@ -281,6 +296,30 @@ def _disagg(row: dict) -> DisaggLayout:
     return layout
 
 
+def _images(row: dict, model: ModelSpec) -> tuple[float, float]:
+    """(images_per_request, tokens_per_image) from the vision columns (0, 0 if blank)."""
+    given = _given(row, VISION_COLUMNS)
+    if not given:
+        return 0.0, 0.0
+    values = {}
+    for name, high in (("images_per_request", MAX_IMAGES), ("tokens_per_image",
+                                                             MAX_TOKENS_PER_IMAGE)):  # fmt: skip
+        if name not in given:
+            values[name] = 0.0
+            continue
+        try:
+            values[name] = float(given[name])
+        except ValueError as exc:
+            raise RowError(f"{name} is not a number: {given[name]!r}") from exc
+        low = 0 if name == "images_per_request" else 1
+        if not (math.isfinite(values[name]) and low <= values[name] <= high):
+            raise RowError(f"{name} must be from {low} to {high:,}, got {given[name]!r}")
+    images, per_image = values["images_per_request"], values["tokens_per_image"]
+    if images > 0 and not per_image and not derived_tokens_per_image(model, 1, DEFAULT_TILE_PX) > 0:
+        raise RowError(f"tokens_per_image: {model.name} has no vision config, give the count")
+    return images, per_image
+
+
 def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
     disagg = _disagg(row) if _mode(row) == "disagg" else None
     model = resolver.get("model", row.get("model") or "")
@@ -295,6 +334,9 @@ def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
     prefix_tokens, prefix_hit_rate = _prefix(row)
     expert_text = (row.get("expert_precision") or "").strip()
     expert = _precision(expert_text, "expert_precision") if expert_text else ""
+    embedding_text = (row.get("embedding_precision") or "").strip()
+    embedding = _precision(embedding_text, "embedding_precision") if embedding_text else ""
+    images, per_image = _images(row, model)
     if disagg is not None:  # num_gpus, tp, pp, ep may be blank: the pools say it
         d = disagg.decode
         layout = (disagg.gpus, d.tp, d.pp, d.ep)
@@ -315,6 +357,9 @@ def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
         prefix_tokens,
         prefix_hit_rate,
         expert,
+        embedding,
+        images,
+        per_image,
         disagg,
     )
 
@@ -458,6 +503,9 @@ def _predict_agg(parsed: list, good: list[int], calibration_for) -> dict[int, di
         prefix_tokens=np.array([r.prefix_tokens for r in rows]),
         prefix_hit_rate=np.array([r.prefix_hit_rate for r in rows]),
         expert_precision=[r.expert_precision or None for r in rows],
+        embedding_precision=[r.embedding_precision or None for r in rows],
+        images_per_request=np.array([r.images_per_request for r in rows]),
+        tokens_per_image=np.array([r.tokens_per_image for r in rows]),
     )
     columns = {c: getattr(prediction, c).tolist() for c in OUTPUT if c != "profile"}
     columns["profile"] = [label for _, label in profiles]
@@ -524,12 +572,19 @@ def simulate_row(row: ParsedRow, predicted: dict, calibration_for) -> dict:
     c = CandidateArrays.build(row.model, row.gpu, row.weight_precision, row.kv_precision or None,
                               row.tp, row.pp, row.ep, dp, engine,
                               calibration_for(row)[0],
-                              expert_precision=row.expert_precision or None)  # fmt: skip
+                              expert_precision=row.expert_precision or None,
+                              embedding_precision=row.embedding_precision or None)  # fmt: skip
+    isl = row.isl
+    if row.images_per_request > 0:  # the image tokens join the prompt, as in predict_rows
+        per_image = row.tokens_per_image or derived_tokens_per_image(row.model, 1,
+                                                                     DEFAULT_TILE_PX)  # fmt: skip
+        isl = row.isl + row.images_per_request * per_image
+        c = with_images(c, row.images_per_request * per_image, isl)
     conc = row.concurrency
     if not math.isfinite(conc):
         conc = min(predicted["max_concurrency"], engine.max_num_seqs * dp)
     conc = int(max(conc, 1))
-    w = Workload(LengthDist(row.isl), LengthDist(row.osl), requests=max(10 * conc, 300),
+    w = Workload(LengthDist(isl), LengthDist(row.osl), requests=max(10 * conc, 300),
                  concurrency=conc, warmup_requests=2 * conc,
                  shared_prefix_tokens=row.prefix_tokens,
                  prefix_hit_rate=row.prefix_hit_rate)  # fmt: skip

@@ -113,6 +113,7 @@ def row_values(row: PlanRow, inputs: dict, candidate_index: int) -> dict:
             "max_concurrency": finite(row.max_concurrency),
             "in_flight_at_peak": finite(row.in_flight_at_peak),
             "serving_replicas": row.serving_replicas,
+            "warm_pool_replicas": row.warm_pool_replicas,
             "utilization": finite(row.utilization),
             "usd_per_mtok_total": finite(row.usd_per_mtok_total),
             "requests_per_s_per_replica": finite(row.requests_per_s_per_replica),
@@ -185,7 +186,10 @@ def optimistic_bounds(rows: list[PlanRow], prices, traffic, policy) -> list[dict
     )
     gpi = np.array([r.gpus_per_replica for r in rows], dtype=np.float64)
     price = np.asarray(prices, dtype=np.float64)
-    fleet = size_fleet(x, 0.0, traffic, policy, gpi, np.nan_to_num(price), x > 0)
+    # a warm pool from the burst shrinks as capacity grows: at the bound's capacity it is no
+    # larger than any simulation's, so the bound stays a lower bound
+    weights = np.array([r.weights_gb_per_gpu for r in rows], dtype=np.float64)
+    fleet = size_fleet(x, 0.0, traffic, policy, gpi, np.nan_to_num(price), x > 0, weights)
     out = []
     for i in range(len(rows)):
         if not x[i] > 0 or not math.isfinite(fleet.replicas[i]):

@@ -37,7 +37,7 @@ from pricing.models import ApiTokenPrice, PriceSheet
 from pricing.services import price_sheet_lock
 from sizing.breakeven import api_usd_per_token
 from sizing.engine_settings import SettingError, engine_overrides
-from sizing.serving import draft_model_name, serving_overrides
+from sizing.serving import component_precisions, draft_model_name, serving_overrides
 from sizing.specs import (
     ApiPrice,
     EngineSettings,
@@ -45,6 +45,7 @@ from sizing.specs import (
     Slo,
     Traffic,
 )
+from sizing.vision import DEFAULT_TILE_PX, derived_tokens_per_image, vision_from_hf_config
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,10 @@ SCALAR_FIELDS = [
     "output_tokens_p95",
     "shared_prefix_tokens",
     "prefix_hit_rate",
+    "images_per_request",
+    "tokens_per_image",
+    "image_tiles",
+    "tile_px",
     "ttft_ms",
     "tpot_ms",
     "slo_percentile",
@@ -89,6 +94,7 @@ SCALAR_FIELDS = [
     *lifecycle.BLOCKS,
 ]
 MAX_CANDIDATES = 20_000
+MAX_PROMPT_TOKENS = 10_000_000  # as Scenario.prompt_tokens_mean's limit
 MAX_DESCRIPTION_CHARS, MAX_TAGS, MAX_TAG_CHARS = 10_000, 20, 50  # as the API serializer
 #: requests/s the fleet is sized for, peak x burst / utilization; far above any real fleet, and
 #: low enough that every replica and GPU count fits its (bigint) column.
@@ -263,6 +269,34 @@ def _check_engine_and_serving(errors: Errors, merged: dict, model_ids, index) ->
         errors.add("engine_settings" if field == "engine" else field, exc.message)
 
 
+def _check_images(errors: Errors, merged: dict, model_ids) -> None:
+    """Images need a token count (given, or from every candidate model's vision config), and
+    the prompt with its image tokens stays within the prompt limit."""
+    images = merged.get("images_per_request")
+    if not _finite_number(images) or images <= 0:
+        return
+    given, prompt = merged.get("tokens_per_image"), merged.get("prompt_tokens_mean")
+    tiles, tile_px = merged.get("image_tiles", 1.0), merged.get("tile_px", DEFAULT_TILE_PX)
+    if not (_finite_number(tiles) and _finite_number(tile_px)):
+        return  # checked on their own
+    for row in ModelArchitecture.objects.filter(pk__in=model_ids):
+        per_image = given if _finite_number(given) and given > 0 else None
+        if per_image is None:
+            if not vision_from_hf_config(row.config_json or {}):
+                errors.add(
+                    "tokens_per_image",
+                    f"{row.name} has no vision config: give tokens_per_image for its images",
+                )
+                continue
+            per_image = derived_tokens_per_image(model_spec(row), tiles, tile_px)
+        if _finite_number(prompt) and prompt + images * per_image > MAX_PROMPT_TOKENS:
+            errors.add(
+                "images_per_request",
+                f"{row.name}: prompt + images x tokens_per_image = "
+                f"{prompt + images * per_image:,.0f} tokens exceeds {MAX_PROMPT_TOKENS:,}",
+            )
+
+
 @dataclass
 class CleanScenario:
     scalars: dict
@@ -318,6 +352,8 @@ def clean_scenario_data(
     scenario_prices.clean_pricing(errors, merged, index, sheet or latest_price_sheet())
     _check_calibration_profile(errors, merged.get("calibration_profile") or "", owner, gpu_ids)
     _check_engine_and_serving(errors, merged, model_ids, index)
+    _check_images(errors, merged, model_ids)
+    _check_precision_models(errors, merged, model_ids, index)
     scenario = Scenario(**{k: v for k, v in merged.items() if k in SCALAR_FIELDS})
     try:
         scenario.clean_fields(exclude=["owner", "price_sheet"])
@@ -426,11 +462,26 @@ def _ep_choices(scenario: Scenario, model: ModelArchitecture, tp: int) -> list[i
 
 
 def expand_candidates(scenario: Scenario, models, gpus) -> list[dict]:
-    """model x GPU x precision x TP x PP x EP, as plain dicts keyed by catalog slugs."""
+    """model x GPU x precision x TP x PP x EP, as plain dicts keyed by catalog slugs.
+
+    ``serving.precision`` (a mixed checkpoint) gives components their own precision: the
+    routed experts, KV cache and embeddings on every row; ``attention`` replaces the swept
+    weight precision (the attention and dense weights are what ``precision`` means)."""
+    shared = component_precisions(scenario.serving)
+    owner = scenario.owner if scenario.owner_id else None  # a plan file has no owner
+    per_model = _precisions_by_model(shared.pop("models", {}), owner)
     rows = []
     for model in models:
+        components = shared | per_model.get(model.pk, {})
+        precisions = [components["attention"]] if "attention" in components else (
+            scenario.precisions
+        )  # fmt: skip
+        mixed = {
+            "expert_precision": components.get("experts", ""),
+            "embedding_precision": components.get("embeddings", ""),
+        }
         for gpu in gpus:
-            for precision in scenario.precisions:
+            for precision in precisions:
                 for tp in _tp_choices(scenario, model, gpu):
                     for pp in scenario.pp_options or [1]:
                         for ep in _ep_choices(scenario, model, tp):
@@ -441,13 +492,39 @@ def expand_candidates(scenario: Scenario, models, gpus) -> list[dict]:
                                     "model": model.slug,
                                     "gpu": gpu.slug,
                                     "precision": precision,
-                                    "kv_precision": "",
+                                    "kv_precision": components.get("kv", ""),
                                     "tp": tp,
                                     "pp": pp,
                                     "ep": ep,
                                 }
+                                | {k: v for k, v in mixed.items() if v}
                             )
     return rows
+
+
+def _precisions_by_model(by_name: dict, owner, index=None) -> dict[int, dict]:
+    """``serving.precision.models`` keyed by model id (names resolve as the candidates')."""
+    if not by_name:
+        return {}
+    index = index or catalog_index(models_visible_to(owner))
+    return {index.model_id(name): components for name, components in by_name.items()}
+
+
+def _check_precision_models(errors: Errors, merged: dict, model_ids, index) -> None:
+    """Each model ``serving.precision.models`` names is one of the candidate models."""
+    try:
+        by_name = component_precisions(merged.get("serving")).get("models", {})
+    except SettingError:
+        return  # reported by the serving check
+    for name in by_name:
+        field = f"serving.precision.models.{name}"
+        try:
+            model_id = index.model_id(name)
+        except LookupError as exc:
+            errors.add(field, str(exc))
+            continue
+        if model_id not in model_ids:
+            errors.add(field, f"{name} is not among the candidate models")
 
 
 def _api_price(scenario: Scenario, sheet: PriceSheet | None) -> ApiPrice | None:
@@ -543,6 +620,10 @@ def build_inputs_snapshot(
         shared_prefix_tokens=scenario.shared_prefix_tokens,
         prefix_hit_rate=scenario.prefix_hit_rate,
         hourly_rps=tuple(scenario.hourly_rps or ()),
+        images_per_request=scenario.images_per_request or 0.0,
+        tokens_per_image=scenario.tokens_per_image or 0.0,
+        image_tiles=scenario.image_tiles,
+        tile_px=scenario.tile_px,
     )
     api = _api_price(scenario, sheet)
     return {

@@ -11,7 +11,9 @@ import math
 from dataclasses import asdict, fields, replace
 from typing import Any
 
+from sizing import autoscale, coldstart
 from sizing.chain import Candidate
+from sizing.fleet import BurstWarmPool
 from sizing.specs import (
     ApiPrice,
     Calibration,
@@ -28,8 +30,10 @@ SNAPSHOT_VERSION = 1
 
 
 def to_json(obj) -> dict:
+    """The dataclass as JSON, without the fields marked ``metadata={"snapshot": False}``."""
     data = asdict(obj)
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+    skip = {f.name for f in fields(obj) if f.metadata.get("snapshot") is False}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items() if k not in skip}
 
 
 def _build(cls, data: dict[str, Any]):
@@ -51,7 +55,18 @@ def slo(snapshot: dict) -> Slo:
 
 
 def policy(snapshot: dict) -> Policy:
-    return _build(Policy, snapshot["policy"])
+    """The headroom policy, with the scenario's cold-start and autoscaling blocks attached:
+    when they state a burst, the warm pool is sized from it (``sizing.fleet.warm_pool``).
+    Snapshots from before the blocks keep the typed warm pool."""
+    built = _build(Policy, snapshot["policy"])
+    blocks = snapshot.get("fleet_life")
+    if blocks is None:
+        return built
+    burst = BurstWarmPool(
+        coldstart.from_block(blocks.get("cold_start")),
+        autoscale.from_block(blocks.get("autoscaling")),
+    )
+    return replace(built, burst_warm_pool=burst)
 
 
 def api_price(snapshot: dict, model_slug: str | None = None) -> ApiPrice | None:
@@ -112,6 +127,8 @@ def candidates(snapshot: dict, indices: range | list[int] | None = None) -> list
                 gpu=gpu if usd == gpu.usd_per_gpu_hour else replace(gpu, usd_per_gpu_hour=usd),
                 weight_precision=row["precision"],
                 kv_precision=row.get("kv_precision") or None,
+                expert_precision=row.get("expert_precision") or None,
+                embedding_precision=row.get("embedding_precision") or None,
                 parallelism=Parallelism(tp=row["tp"], pp=row["pp"], ep=row["ep"]),
                 engine=engine,
                 calibration=calibrations.get(

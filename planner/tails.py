@@ -25,8 +25,8 @@ import numpy as np
 
 from planner import runner
 from planner import snapshot as snap
-from sizing import headroom
-from sizing.chain import Capacity, candidate_arrays, percentile_key, plan
+from sizing import headroom, vision
+from sizing.chain import Capacity, analytic_choices, candidate_arrays, percentile_key, plan
 from sizing.derivation import q, step
 from sizing.simulate import LengthDist, lengths_from_mean_p95, meets_slo
 from sizing.tail_search import (
@@ -53,7 +53,8 @@ def cache_key(inputs: dict, candidate_index: int) -> str:
         "version": SIMULATION_VERSION,
         "model": dataclasses.asdict(core.model),
         "gpu": {**dataclasses.asdict(core.gpu), "usd_per_gpu_hour": None, "name": None},
-        "precision": [core.weight_precision, core.kv_precision],
+        "precision": [core.weight_precision, core.kv_precision]
+        + [p for p in (core.expert_precision, core.embedding_precision) if p],
         "parallelism": dataclasses.asdict(core.parallelism),
         "engine": dataclasses.asdict(core.engine),
         "calibration": dataclasses.asdict(core.calibration),
@@ -71,11 +72,31 @@ def seed_for(key: str) -> int:
     return zlib.crc32(key.encode())
 
 
-def search(inputs: dict, candidate_index: int, hint_rps: float, warm: bool, key: str) -> dict:
-    """The simulated capacity of one candidate as plain JSON (what the cache stores)."""
+def simulated_candidate(inputs: dict, candidate_index: int, speculative: str):
+    """The core candidate as simulated: without speculative decoding when the analytic plan
+    dropped it ("off")."""
     [core] = snap.candidates(inputs, [candidate_index])
-    c = candidate_arrays([core])
+    if speculative == "off":
+        core = dataclasses.replace(core, engine=dataclasses.replace(core.engine, spec_method=""))
+    return core
+
+
+def search(inputs: dict, candidate_index: int, hint_rps: float, warm: bool, key: str) -> dict:
+    """The simulated capacity of one candidate as plain JSON (what the cache stores).
+
+    It runs at what the analytic plan settled on (``chain.analytic_choices``): the prefix-cache
+    hit rate its routing policy reaches, and speculative decoding on or off."""
     traffic, slo, policy = snap.traffic(inputs), snap.slo(inputs), snap.policy(inputs)
+    [given] = snap.candidates(inputs, [candidate_index])
+    hit_rate, speculative = traffic.prefix_hit_rate, ""
+    if given.engine.spec_method or (given.engine.routing and traffic.shared_prefix_tokens > 0):
+        hit_rate, speculative = analytic_choices(given, traffic, slo, policy)
+    core = simulated_candidate(inputs, candidate_index, speculative)
+    c = candidate_arrays([core])
+    traffic = dataclasses.replace(traffic, prefix_hit_rate=hit_rate)
+    if traffic.images_per_request > 0:  # the image tokens join the prompt, as in plan()
+        traffic = vision.fold_images(traffic, vision.tokens_per_image(core.model, traffic))
+        c = vision.with_images(c, traffic.image_tokens, traffic.prompt_tokens_mean)
     isl = lengths_from_mean_p95(traffic.prompt_tokens_mean, traffic.prompt_tokens_p95)
     osl = lengths_from_mean_p95(traffic.output_tokens_mean, traffic.output_tokens_p95)
     replica = Replica(c, isl, osl, traffic, slo, seed_for(key))
@@ -127,6 +148,8 @@ def search(inputs: dict, candidate_index: int, hint_rps: float, warm: bool, key:
         "seed": seed_for(key),
         "rel_tol": REL_TOL,
         "note": _note(found, bool(rate > 0 and ok)),
+        "prefix_hit_rate": hit_rate,
+        "speculative": speculative,
     }
 
 
@@ -142,7 +165,7 @@ def _pct_ms(result, name: str, percentile: float) -> float | None:
 def simulated_row(inputs: dict, candidate_index: int, found: dict) -> dict:
     """The candidate's result row from a simulated capacity: the chain from the headroom
     stage on, with the simulation's steps in its derivation."""
-    [core] = snap.candidates(inputs, [candidate_index])
+    core = simulated_candidate(inputs, candidate_index, found.get("speculative", ""))
     capacity = Capacity(
         rate_rps=found["rate_rps"],
         latency_ms=found["latency_ms"],
@@ -150,6 +173,8 @@ def simulated_row(inputs: dict, candidate_index: int, found: dict) -> dict:
         binding=found["binding"],
         source="simulated",
         steps=tuple(_steps(inputs, found)),
+        prefix_hit_rate=found.get("prefix_hit_rate"),
+        speculative=found.get("speculative", ""),
     )
     result = plan(
         snap.traffic(inputs),

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST, require_safe
 from rest_framework.authtoken.models import Token
 
 from fleets.models import GpuSku
-from planner import charts, exports, selectors, services
+from planner import charts, exports, pipeline, selectors, services
 from planner import compare as compare_numbers
 from planner.auth_views import rate_limited
 from planner.dates import parse_moment
@@ -180,7 +180,8 @@ def scenario_edit(request, pk: int):
     )
     if request.method == "POST" and form.is_valid():
         try:
-            services.scenario_update(scenario=scenario, data=form.service_data())
+            data = form.service_data(keep=scenario.serving)
+            services.scenario_update(scenario=scenario, data=data)
         except ValidationError as exc:
             form.apply_service_errors(exc)
         else:
@@ -424,6 +425,11 @@ def scenario_inputs(scenario: Scenario) -> list[tuple[str, str]]:
         (
             "Shared prefix (tokens) × hit rate",
             f"{_fmt(scenario.shared_prefix_tokens)} × {_fmt(scenario.prefix_hit_rate)}",
+        ),
+        (
+            "Images per request × tokens per image",
+            f"{_fmt(scenario.images_per_request)} × "
+            f"{_fmt(scenario.tokens_per_image) if scenario.tokens_per_image else 'from config'}",
         ),
         ("TTFT limit (ms)", _fmt(scenario.ttft_ms)),
         ("TPOT limit (ms)", _fmt(scenario.tpot_ms)),
@@ -709,7 +715,7 @@ def run_body_context(run: SizingRun, chain_param) -> dict:
             chain_result.derivation.get("requests_per_s_per_replica") or 0,
             policy.get("target_utilization", 0.7),
             policy.get("burst_factor", 1.0),
-            policy.get("spare_replicas", 0) + policy.get("warm_pool_replicas", 0),
+            pipeline.fixed_replicas(inputs, {"derivation": chain_result.derivation}),
             chain_result.replicas,
             _option_label(chain_result),
         )

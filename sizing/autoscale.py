@@ -45,30 +45,52 @@ SIGNAL = "vllm:num_requests_running"  # in-flight requests per replica (vLLM Pro
 
 @dataclass(frozen=True)
 class AutoscalingInputs:
-    """The scenario's ``autoscaling`` block, defaults filled in.
+    """The scenario's ``autoscaling`` block, defaults filled in; where each default comes
+    from is in ``SOURCES`` (the output repeats it beside "default")."""
 
-    - ``min_replicas`` 1; 0 scales to zero off-peak (the first request then waits a cold start).
-    - ``burst_ramp_rps_per_s`` None: the policy's burst factor reached over ``burst_s``,
-      ``peak_rps * (burst_factor - 1) / burst_s``.
-    - ``burst_s`` 60: "the burst arrives in 60" seconds, the figure this product was built on;
-      our assumption, to be replaced by the scenario's own traffic.
-    - ``spot_share`` 0: spot is opt-in.
-    - ``spot_interruptions_per_hour`` 0.01 per replica (about 7 a month): above the highest
-      frequency bucket AWS's Spot Instance Advisor shows (">20%" of instances interrupted a
-      month, https://aws.amazon.com/ec2/spot/instance-advisor/); conservative, our assumption.
-    - ``spot_discount`` 0.6 off on-demand: AWS advertises "up to 90%" off
-      (https://aws.amazon.com/ec2/spot/); GPU spot discounts are usually smaller, so 60% is our
-      assumption, not a quoted price. Give the sheet's spot price as a discount to override.
-    """
-
-    enabled: bool = True
-    min_replicas: int = 1
-    burst_ramp_rps_per_s: float | None = None
-    burst_s: float = 60.0
-    spot_share: float = 0.0
-    spot_interruptions_per_hour: float = 0.01
-    spot_discount: float = 0.6
+    enabled: bool = True  # design choice (SOURCES)
+    min_replicas: int = 1  # design choice (SOURCES)
+    burst_ramp_rps_per_s: float | None = None  # derived from the burst factor (SOURCES)
+    burst_s: float = 60.0  # assumption from the seed text (SOURCES)
+    spot_share: float = 0.0  # design choice: spot is opt-in (SOURCES)
+    spot_interruptions_per_hour: float = 0.01  # assumption above AWS's top bucket (SOURCES)
+    spot_discount: float = 0.6  # the low end of Google Cloud's 60-91% (SOURCES)
     defaults: tuple[str, ...] = ()
+
+
+#: Where each default of the block comes from; "assumption" and "design choice" say when a
+#: figure is ours.
+SOURCES: dict[str, str] = {
+    "enabled": "true: design choice (the plan autoscales unless the scenario says not)",
+    "min_replicas": (
+        "1: design choice, one replica stays up off-peak; 0 scales to zero and the first "
+        "request waits a cold start"
+    ),
+    "burst_ramp_rps_per_s": (
+        "derived, not a figure: the policy's burst factor reached within burst_s, "
+        "peak_rps * (burst_factor - 1) / burst_s"
+    ),
+    "burst_s": (
+        "60 s: assumption, 'the burst arrives in 60' seconds of the seed material this "
+        "product was built on; replace it with your traffic's"
+    ),
+    "spot_share": "0: design choice, spot is opt-in",
+    "spot_interruptions_per_hour": (
+        "0.01 per replica-hour (~7 a month): assumption, conservative next to the highest "
+        "frequency-of-interruption bucket AWS's Spot Instance Advisor shows ('>20%' of "
+        "instances a month, https://aws.amazon.com/ec2/spot/instance-advisor/)"
+    ),
+    "spot_discount": (
+        "0.6: the low end of Google Cloud's 'discount of 60-91%' for Spot VMs "
+        "(https://cloud.google.com/compute/docs/instances/spot); AWS advertises 'up to 90%' "
+        "(https://aws.amazon.com/ec2/spot/)"
+    ),
+}
+
+
+def default_sources(inputs: AutoscalingInputs) -> dict[str, str]:
+    """``{field: figure and source}`` for every field the scenario left to its default."""
+    return {name: SOURCES[name] for name in inputs.defaults if name in SOURCES}
 
 
 FIELDS = tuple(f.name for f in fields(AutoscalingInputs) if f.name != "defaults")
@@ -98,6 +120,15 @@ class ScalingPolicy:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def burst_ramp_rps_per_s(inputs: AutoscalingInputs, peak_rps: float, burst_factor: float):
+    """The burst's ramp (req/s per s): the block's, else the policy's burst factor reached
+    within ``burst_s``, ``peak_rps * (burst_factor - 1) / burst_s``. A burst is stated when
+    it is above 0."""
+    if inputs.burst_ramp_rps_per_s is not None:
+        return float(inputs.burst_ramp_rps_per_s)
+    return peak_rps * (burst_factor - 1.0) / inputs.burst_s
+
+
 def design(
     inputs: AutoscalingInputs,
     capacity_rps: float,
@@ -107,16 +138,21 @@ def design(
     peak_rps: float,
     burst_factor: float,
     cold_start_s: float,
+    warm_pool_replicas: int | None = None,
 ) -> tuple[ScalingPolicy, list[Step]]:
-    """The policy for one candidate, with its derivation steps."""
+    """The policy for one candidate, with its derivation steps. ``warm_pool_replicas``: the
+    warm pool the fleet was sized with (``sizing.fleet.burst_warm_pool``, which shows its
+    step in the fleet stage); None sizes it here from the ramp."""
     x, w, u, s = capacity_rps, residence_s, target_utilization, serving_at_peak
     target = x * w * u
     down = target * (s - 1) / s if s > 1 else 0.0
-    ramp = inputs.burst_ramp_rps_per_s
-    ramp_given = ramp is not None
-    if not ramp_given:
-        ramp = peak_rps * (burst_factor - 1.0) / inputs.burst_s
-    warm = int(headroom.warm_pool_for_cold_start(ramp, cold_start_s, x)) if x > 0 else 0
+    ramp_given = inputs.burst_ramp_rps_per_s is not None
+    ramp = burst_ramp_rps_per_s(inputs, peak_rps, burst_factor)
+    from_fleet = warm_pool_replicas is not None
+    if from_fleet:
+        warm = int(warm_pool_replicas)
+    else:
+        warm = int(headroom.warm_pool_for_cold_start(ramp, cold_start_s, x)) if x > 0 else 0
     up_cool = math.ceil(cold_start_s)
     down_cool = max(inputs.burst_s, HPA_SCALE_DOWN_WINDOW_S)
     min_r = min(inputs.min_replicas, s)
@@ -190,19 +226,22 @@ def design(
             "s",
         ),
         ramp_step,
-        step(
-            "warm_pool_replicas",
-            "ceil(ramp * cold_start_s / X)",
-            [
-                q("ramp", ramp, "req/s per s"),
-                q("cold_start_s", cold_start_s, "s"),
-                q("X", x, "req/s per replica"),
-            ],  # fmt: skip
-            warm,
-            "replicas",
-            "what the ramp needs while a new replica boots (Little on the ramp)",
-        ),
     ]
+    if not from_fleet:
+        steps.append(
+            step(
+                "warm_pool_replicas",
+                "ceil(ramp * cold_start_s / X)",
+                [
+                    q("ramp", ramp, "req/s per s"),
+                    q("cold_start_s", cold_start_s, "s"),
+                    q("X", x, "req/s per replica"),
+                ],  # fmt: skip
+                warm,
+                "replicas",
+                "what the ramp needs while a new replica boots (Little on the ramp)",
+            )
+        )
     return policy, steps
 
 

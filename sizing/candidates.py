@@ -58,6 +58,8 @@ _MODEL_FIELDS = {
     "params_per_expert": ("params_per_expert", np.float64),
     "num_moe_layers": ("num_moe_layers", np.float64),
     "max_context": ("max_context", np.float64),
+    "vision_params": ("vision_params", np.float64),
+    "vision_merge": ("vision_merge", np.float64),
 }
 
 _GPU_FIELDS = {
@@ -213,6 +215,8 @@ class CandidateArrays:
     params_per_expert: np.ndarray
     num_moe_layers: np.ndarray
     max_context: np.ndarray
+    vision_params: np.ndarray
+    vision_merge: np.ndarray
     # gpu
     memory_bytes: np.ndarray
     hbm_bytes_s: np.ndarray
@@ -227,8 +231,17 @@ class CandidateArrays:
     #: (gpt-oss MXFP4 experts with bf16 attention, Kimi K2 int4 experts), else the weights'
     expert_bytes_per_param: np.ndarray
     expert_precision_code: np.ndarray
+    #: input embedding and LM head bytes per param: their own precision when given, else
+    #: ``max(b_w, 2)`` (quantized checkpoints keep them in bf16)
+    embedding_bytes_per_param: np.ndarray
+    embedding_precision_code: np.ndarray  # -1: the max(b_w, 2) default
     kv_bytes_per_element: np.ndarray
     peak_flops: np.ndarray
+    #: dense peak the routed experts' GEMMs run at: their own precision's (fp4 experts on a
+    #: B200 run fp4 GEMMs while bf16 attention runs bf16 ones), else ``peak_flops``
+    expert_peak_flops: np.ndarray
+    #: the vision encoder's peak: bf16 (engines leave the vision tower unquantized)
+    vision_peak_flops: np.ndarray
     # parallelism
     tp: np.ndarray
     pp: np.ndarray
@@ -265,6 +278,10 @@ class CandidateArrays:
     # ``with_prefix`` sets them (the plan from the traffic, predict from its columns)
     prefix_tokens: np.ndarray
     prefix_hit_rate: np.ndarray
+    # vision-language input (sizing.vision.with_images): image tokens per request and the
+    # encoder's FLOPs per prefilled token; zero without images
+    image_tokens: np.ndarray
+    vision_flops_per_prefill_token: np.ndarray
     # calibration
     eta_mem: np.ndarray
     eta_flop_decode: np.ndarray
@@ -295,11 +312,13 @@ class CandidateArrays:
         calibration: Calibration | Sequence[Calibration] | None = None,
         usd_per_gpu_hour: float | Sequence[float] | None = None,
         expert_precision: str | Sequence[str | None] | None = None,
+        embedding_precision: str | Sequence[str | None] | None = None,
     ) -> CandidateArrays:
         """Rows from specs; each argument is one value (broadcast) or a sequence of n values.
 
         ``kv_precision`` None/''/'auto' picks ``precision.default_kv_precision``;
-        ``expert_precision`` None/'' keeps the routed experts at ``weight_precision``.
+        ``expert_precision`` None/'' keeps the routed experts at ``weight_precision``;
+        ``embedding_precision`` None/'' keeps the embedding and LM head at ``max(b_w, 2)``.
         ``usd_per_gpu_hour`` overrides ``GpuSpec.usd_per_gpu_hour`` when given.
         """
         n = _length(
@@ -323,6 +342,9 @@ class CandidateArrays:
         kv_code = precision_codes(kv_precision if kv_precision is not None else [None] * n, n)
         e_code = precision_codes(expert_precision if expert_precision is not None else [None] * n,
                                  n)  # fmt: skip
+        emb_code = precision_codes(
+            embedding_precision if embedding_precision is not None else [None] * n, n
+        )
         return cls.from_tables(
             m_uniq,
             g_uniq,
@@ -340,6 +362,7 @@ class CandidateArrays:
             c_idx,
             usd_per_gpu_hour,
             e_code,
+            emb_code,
         )
 
     @classmethod
@@ -361,10 +384,12 @@ class CandidateArrays:
         calibration_index: Any = 0,
         usd_per_gpu_hour: Any = None,
         expert_precision_code: Any = -1,
+        embedding_precision_code: Any = -1,
     ) -> CandidateArrays:
         """Fast path: unique spec tables plus integer index arrays (what the bench and
         ``predict_rows`` use). ``kv_precision_code`` -1 means the default for the weights;
-        ``expert_precision_code`` -1 the weights' own precision."""
+        ``expert_precision_code`` -1 the weights' own precision; ``embedding_precision_code``
+        -1 ``max(b_w, 2)``."""
         model_index = np.asarray(model_index, dtype=np.int64)
         gpu_index = np.asarray(gpu_index, dtype=np.int64)
         n = max(len(model_index), len(gpu_index), np.size(weight_precision_code))
@@ -398,12 +423,21 @@ class CandidateArrays:
         e_code = np.where(e_code < 0, w_code, e_code)
         cols["expert_precision_code"] = e_code
         cols["expert_bytes_per_param"] = w_bytes[e_code]
+        emb_code = np.broadcast_to(np.asarray(embedding_precision_code, dtype=np.int64), (n,))
+        cols["embedding_precision_code"] = emb_code.copy()
+        cols["embedding_bytes_per_param"] = np.where(
+            emb_code < 0, np.maximum(w_bytes[w_code], 2.0), w_bytes[np.maximum(emb_code, 0)]
+        )
         cols["kv_bytes_per_element"] = kv_bytes[kv_code]
         cols["peak_flops"] = peaks[gpu_index, w_code]
+        cols["expert_peak_flops"] = peaks[gpu_index, e_code]
+        cols["vision_peak_flops"] = peaks[gpu_index, PRECISIONS.index("bf16")]
         for name, v in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp)):
             cols[name] = np.broadcast_to(np.asarray(v, dtype=np.int64), (n,)).copy()
         cols["prefix_tokens"] = np.zeros(n)
         cols["prefix_hit_rate"] = np.zeros(n)
+        cols["image_tokens"] = np.zeros(n)
+        cols["vision_flops_per_prefill_token"] = np.zeros(n)
         return cls(
             models=tuple(models),
             gpus=tuple(gpus),
@@ -447,8 +481,23 @@ class CandidateArrays:
     def kv_precision(self, i: int) -> str:
         return PRECISIONS[self.kv_precision_code[i]]
 
+    def embedding_precision(self, i: int) -> str:
+        """'' when the embedding follows the default ``max(b_w, 2)`` rule."""
+        code = int(self.embedding_precision_code[i])
+        return PRECISIONS[code] if code >= 0 else ""
+
+    def mixed_precision(self, i: int) -> bool:
+        """Experts or embeddings at a precision of their own on row ``i``."""
+        return bool(
+            self.expert_precision_code[i] != self.weight_precision_code[i]
+            or self.embedding_precision_code[i] >= 0
+        )
+
     def compute_precision(self, i: int) -> str:
         return compute_precision(self.gpus[self.gpu_index[i]], self.weight_precision(i))
+
+    def expert_compute_precision(self, i: int) -> str:
+        return compute_precision(self.gpus[self.gpu_index[i]], self.expert_precision(i))
 
     @property
     def gpus_per_instance(self) -> np.ndarray:

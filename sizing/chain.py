@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sizing import headroom, routing
+from sizing import headroom, routing, vision
 from sizing.candidates import CandidateArrays
 from sizing.chunking import chunk_frontier
 from sizing.derivation import Step, q, staged, step
@@ -35,6 +35,7 @@ from sizing.memory import (
     kv_elements_per_token_layer_per_gpu,
     nonexpert_weight_bytes,
     routed_expert_params,
+    vision_weight_bytes,
 )
 from sizing.operating import (
     BINDING_NAMES,
@@ -65,6 +66,7 @@ from sizing.technique_steps import (
     frontier_rows,
     lora_fleet_step,
     lora_steps,
+    precision_steps,
     prefix_steps,
     routing_steps,
     speculative_arrays,
@@ -152,6 +154,9 @@ def predict_rows(
     prefix_tokens: Any = 0.0,
     prefix_hit_rate: Any = 0.0,
     expert_precision: str | Sequence[str | None] | None = None,
+    embedding_precision: str | Sequence[str | None] | None = None,
+    images_per_request: Any = 0.0,
+    tokens_per_image: Any = 0.0,
 ) -> Predictions:
     """Predict throughput and latency for n benchmark-shaped rows at once.
 
@@ -171,6 +176,11 @@ def predict_rows(
         find it cached (0: none); prefill skips it, its KV is pinned once per instance
     expert_precision : the routed experts' precision per row (None/'': weight_precision), for
         checkpoints with 4-bit experts and 8/16-bit attention
+    embedding_precision : the embedding and LM head's precision per row (None/'':
+        ``max(b_w, 2)``)
+    images_per_request, tokens_per_image : vision-language input (``sizing.vision``): the
+        image tokens join the prompt (prefill, KV, TTFT) and the vision encoder's FLOPs the
+        prefill; ``tokens_per_image`` 0 derives it from the model's vision config
 
     Returns
     -------
@@ -183,13 +193,22 @@ def predict_rows(
     dp = default_dp(n_gpus, tp_a, pp_a)
     c = CandidateArrays.build(
         models, gpus, weight_precision, kv_precision, tp_a, pp_a, ep, dp, engine, calibration,
-        expert_precision=expert_precision,
+        expert_precision=expert_precision, embedding_precision=embedding_precision,
     )  # fmt: skip
     if np.any(np.asarray(prefix_hit_rate) > 0):
         c = c.with_prefix(prefix_tokens, prefix_hit_rate)
     n = len(c)
     isl_a = np.broadcast_to(np.asarray(isl, dtype=np.float64), (n,))
     osl_a = np.broadcast_to(np.asarray(osl, dtype=np.float64), (n,))
+    images = np.broadcast_to(np.asarray(images_per_request, dtype=np.float64), (n,))
+    if np.any(images > 0):  # vision-language prompts: image tokens join the prompt
+        given = np.broadcast_to(np.asarray(tokens_per_image, dtype=np.float64), (n,))
+        derived = np.array(
+            [vision.derived_tokens_per_image(m, 1, vision.DEFAULT_TILE_PX) for m in c.models]
+        )[c.model_index]
+        image = images * np.where(given > 0, given, np.nan_to_num(derived))
+        isl_a = isl_a + image
+        c = vision.with_images(c, image, isl_a)
     fit = fit_memory(c, isl_a + osl_a, np.broadcast_to(n_gpus, (n,)))
     op = closed_loop(c, fit, isl_a, osl_a, concurrency)
     ok = fit.fits
@@ -261,13 +280,20 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
         q("weight_precision", c.weight_precision(i), ""),
     ]
     weights_formula = "(P - P_hp) * b_w + P_hp * max(b_w, 2)"
-    if c.expert_precision_code[i] != c.weight_precision_code[i]:  # mixed-precision checkpoint
-        weights_formula = "(P - P_hp - P_e) * b_w + P_hp * max(b_w, 2) + P_e * b_e"
+    if c.mixed_precision(i):  # components at their own precision (a mixed checkpoint)
+        weights_formula = "(P - P_hp - P_e) * b_w + P_hp * b_emb + P_e * b_e"
+        emb = c.embedding_precision(i) or f"max(b_w, 2): {c.embedding_bytes_per_param[i]:g} B"
         weights_in += [
             q("P_e", routed_expert_params(c)[i], "params (routed experts)"),
             q("b_e", c.expert_bytes_per_param[i], "B/param"),
             q("expert_precision", c.expert_precision(i), ""),
+            q("b_emb", c.embedding_bytes_per_param[i], "B/param (embedding and LM head)"),
+            q("embedding_precision", emb, ""),
         ]
+    vision_w = float(vision_weight_bytes(c)[i])
+    if vision_w > 0:  # a vision-language model serving images: its encoder, in bf16
+        weights_formula += " + P_v * 2"
+        weights_in.append(q("P_v", c.vision_params[i], "params (vision encoder, bf16)"))
     s.append(
         step(
             "weights_bytes_total",
@@ -281,10 +307,13 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
     s.append(
         step(
             "weights_gb_per_gpu",
-            "(nonexpert / (TP * PP) + experts / (shards * PP)) / 1e9",
+            "((nonexpert + vision) / (TP * PP) + experts / (shards * PP)) / 1e9"
+            if vision_w > 0
+            else "(nonexpert / (TP * PP) + experts / (shards * PP)) / 1e9",
             [
+                *([q("vision", vision_w, "B (vision encoder)")] if vision_w > 0 else []),
                 q("nonexpert", nonexpert_weight_bytes(c)[i], "B"),
-                q("experts", expert_weight_bytes(c)[i], "B (routed experts x b_w)"),
+                q("experts", expert_weight_bytes(c)[i], "B (routed experts x b_e)"),
                 q("TP", tp, ""),
                 q("PP", pp, ""),
                 q("shards", expert_shards(c)[i], "GPUs (EP if EP > 1 else TP)"),
@@ -539,6 +568,9 @@ def _operating_steps(
         )
     )
     st = pure.stage
+    mixed_row = bool(c.mixed_precision(i) and c.num_experts[i] > 0)
+    if mixed_row:
+        s += precision_steps(c, st, i)
     s.append(
         step(
             "decode_bytes_per_gpu_stage",
@@ -566,20 +598,22 @@ def _operating_steps(
             "ms",
         )
     )
-    s.append(
-        step(
-            "decode_flop_ms",
-            "flops / (F * eta_flop_decode) * 1e3",
-            [
-                q("flops", st.flops_decode[i], "FLOP per GPU (2 * P_a * T + attention)"),
-                q("F", c.peak_flops[i], "FLOP/s"),
-                q("compute_precision", c.compute_precision(i), ""),
-                q("eta_flop_decode", c.eta_flop_decode[i], ""),
-            ],
-            st.flop_s[i] * 1e3,
-            "ms",
-        )
-    )
+    flop_formula = "flops / (F * eta_flop_decode) * 1e3"
+    flop_in = [
+        q("flops", st.flops_decode[i], "FLOP per GPU (2 * P_a * T + attention)"),
+        q("F", c.peak_flops[i], "FLOP/s"),
+        q("compute_precision", c.compute_precision(i), ""),
+        q("eta_flop_decode", c.eta_flop_decode[i], ""),
+    ]
+    flops_e = float(np.broadcast_to(st.flops_expert_decode, np.shape(st.flop_s))[i])
+    if flops_e > 0:  # the routed experts' FLOPs at their own peak
+        flop_formula = "((flops - flops_e) / F + flops_e / F_e) / eta_flop_decode * 1e3"
+        flop_in += [
+            q("flops_e", flops_e, "FLOP per GPU (2 * k * params_per_expert * L_moe * T)"),
+            q("F_e", c.expert_peak_flops[i], "FLOP/s"),
+            q("expert_compute_precision", c.expert_compute_precision(i), ""),
+        ]
+    s.append(step("decode_flop_ms", flop_formula, flop_in, st.flop_s[i] * 1e3, "ms"))
     s.append(
         step(
             "decode_comm_ms",
@@ -714,6 +748,8 @@ class Candidate:
     label: str = ""
     #: the routed experts' precision when the checkpoint mixes them (None: weight_precision)
     expert_precision: str | None = None
+    #: the embedding and LM head's precision (None: max(b_w, 2), i.e. bf16 when quantized)
+    embedding_precision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -769,6 +805,10 @@ class PlanRow:
     speculative: str = ""
     #: the chunk-budget sweep: ({"max_num_batched_tokens", "ttft_long_ms", "tpot_stall_ms"},..)
     chunk_frontier: tuple = ()
+    #: the warm pool in ``replicas``: from the burst when the policy states one, else typed
+    warm_pool_replicas: int = 0
+    #: the prefix-cache hit rate the row was sized at (the routing policy's when it has one)
+    prefix_hit_rate: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -802,6 +842,7 @@ def candidate_arrays(candidates: Sequence[Candidate]) -> CandidateArrays:
         [k.engine for k in cands],
         [k.calibration for k in cands],
         expert_precision=[k.expert_precision for k in cands],
+        embedding_precision=[k.embedding_precision for k in cands],
     )
 
 
@@ -826,9 +867,16 @@ class Capacity:
     binding: str
     source: str = "simulated"
     steps: tuple[Step, ...] = ()
+    #: the prefix-cache hit rate the simulation ran at (the routing policy's, from
+    #: ``analytic_choices``); None: the traffic's. The chain then uses the same one.
+    prefix_hit_rate: float | None = None
+    #: "on" / "off": whether the simulation kept speculative decoding (the analytic plan's
+    #: choice); "" when the candidate does not speculate
+    speculative: str = ""
 
 
 QUANTILES = (0.5, 0.95, 0.99)
+STAGE_VISION = "Vision input"
 STAGE_MEMORY = "Memory fit"
 STAGE_ENGINE = "Engine settings"
 STAGE_ROUTING = "Routing and prefix cache"
@@ -863,11 +911,28 @@ def plan(
     cands = list(candidates)
     if not cands:
         return Plan((), {}, traffic, slo, policy)
+    if traffic.images_per_request > 0 and traffic.image_tokens <= 0:
+        # vision-language prompts: each model's image tokens join its prompt (sizing.vision)
+        groups: dict[float, list[int]] = {}
+        for i, k in enumerate(cands):
+            groups.setdefault(vision.tokens_per_image(k.model, traffic), []).append(i)
+        rows: list = [None] * len(cands)
+        for per_image, idx in groups.items():
+            given = None if capacity is None else [capacity[i] for i in idx]
+            sub = _plan_unranked([cands[i] for i in idx], vision.fold_images(traffic, per_image),
+                                 slo, policy, api_price, tails, given)  # fmt: skip
+            for i, row in zip(idx, sub, strict=True):
+                rows[i] = row
+        return _ranked(rows, traffic, slo, policy)
+    rows = _plan_unranked(cands, traffic, slo, policy, api_price, tails, capacity)
+    return _ranked(rows, traffic, slo, policy)
+
+
+def _plan_unranked(cands, traffic, slo, policy, api_price, tails, capacity) -> list[PlanRow]:
     args = (traffic, slo, policy, api_price, tails, capacity)
     rows = _plan_rows(cands, *args)
     rows, routed = _route(rows, cands, *args)
-    rows = _speculative_choice(rows, cands, *args, routed)
-    return _ranked(rows, traffic, slo, policy)
+    return _speculative_choice(rows, cands, *args, routed)
 
 
 def _plan_rows(
@@ -889,6 +954,8 @@ def _plan_rows(
         c = c.with_prefix(traffic.shared_prefix_tokens, hit)
     imbalance = routed.imbalance if routed is not None else np.ones(n)
     isl, osl = float(traffic.prompt_tokens_mean), float(traffic.output_tokens_mean)
+    if traffic.image_tokens > 0:  # image tokens folded into the prompt (sizing.vision)
+        c = vision.with_images(c, traffic.image_tokens, isl)
     fit, reasons = _fit_with_tails(c, traffic)
     sp = slo_operating_point(c, fit, isl, osl, slo.tpot_ms / 1e3, slo.ttft_ms / 1e3)
     op = sp.point
@@ -902,6 +969,7 @@ def _plan_rows(
         c.gpus_per_instance,
         c.usd_per_gpu_hour,
         fit.fits & (stage.rate_rps > 0),
+        fit.weights_gb_per_gpu,
     )
 
     live = kv_sequences_live(c, fit, op.isl_tokens, op.osl_tokens)
@@ -920,7 +988,12 @@ def _plan_rows(
     )
     rows: list[PlanRow] = []
     for i in range(n):
-        d = staged(STAGE_MEMORY, _memory_steps(c, fit, i))
+        d = []
+        if traffic.image_tokens > 0:
+            d += staged(
+                STAGE_VISION, vision.vision_steps(c, traffic, isl - traffic.image_tokens, i)
+            )
+        d += staged(STAGE_MEMORY, _memory_steps(c, fit, i))
         ok = bool(fit.fits[i])
         serves = ok and stage.rate_rps[i] > 0
         bev, band = None, None
@@ -967,6 +1040,7 @@ def _plan_rows(
                 output_tok_s_per_replica=float(stage.rate_rps[i] * osl),
                 in_flight_at_peak=float(fleet.in_flight_at_peak[i]) if ok else math.nan,
                 serving_replicas=_finite_int(fleet.serving[i]),
+                warm_pool_replicas=int(fleet.warm.replicas[i]),
                 replicas=_finite_int(fleet.replicas[i]),
                 gpus=_finite_int(fleet.gpus[i]),
                 utilization=float(fleet.utilization[i]),
@@ -989,6 +1063,7 @@ def _plan_rows(
                 profile=cands[i].calibration.name or "physics defaults",
                 engine_binding=bindings[i],
                 chunk_frontier=frontier_rows(frontier, i) if ok else (),
+                prefix_hit_rate=float(c.prefix_hit_rate[i]),
             )
         )
     return rows
@@ -1220,8 +1295,10 @@ def _kv_per_live_sequence(c: CandidateArrays, op: OperatingPoint, i: int) -> flo
 def _speculative_choice(rows, cands, traffic, slo, policy, api_price, tails, capacity, routed):
     """Each speculating candidate sized again without speculative decoding; the cheaper one
     under the SLO is kept (a simulated capacity is for the configuration as given: kept)."""
+    if capacity is not None and any(x is not None for x in capacity):
+        return _simulated_speculative(rows, cands, capacity)
     spec = [i for i, k in enumerate(cands) if k.engine.spec_method]
-    if not spec or (capacity is not None and any(x is not None for x in capacity)):
+    if not spec:
         return rows
     off = [dataclasses.replace(k, engine=dataclasses.replace(k.engine, spec_method=""))
            for k in cands]  # fmt: skip
@@ -1250,6 +1327,40 @@ def _speculative_choice(rows, cands, traffic, slo, policy, api_price, tails, cap
             derivation=chosen.derivation + tuple(staged(STAGE_OPERATING, [choice])),
         )
     return out
+
+
+def _simulated_speculative(rows, cands, capacity) -> list[PlanRow]:
+    """A simulated capacity is for the configuration the simulation ran (the analytic plan's
+    with/without choice, ``Capacity.speculative``): the row says which, with a step."""
+    out = list(rows)
+    for i, k in enumerate(cands):
+        given = capacity[i]
+        if given is None or not given.speculative:
+            continue
+        choice = step(
+            "speculative_decoding",
+            "the analytic plan's choice of with / without, simulated as chosen",
+            [q("speculating", 1.0 if k.engine.spec_method else 0.0, "in the simulated step")],
+            given.speculative,
+            "",
+            kind="model",
+        )
+        out[i] = dataclasses.replace(
+            rows[i],
+            speculative=given.speculative,
+            derivation=rows[i].derivation + tuple(staged(STAGE_OPERATING, [choice])),
+        )
+    return out
+
+
+def analytic_choices(
+    candidate: Candidate, traffic: Traffic, slo: Slo, policy: Policy
+) -> tuple[float, str]:
+    """(prefix-cache hit rate, speculative "on"/"off"/"") the analytic plan settles on for one
+    candidate: the routing policy's hit rate for the replicas it sizes, and whether
+    speculative decoding is kept. The simulator runs at these, so both paths agree."""
+    row = plan(traffic, slo, policy, [candidate]).rows[0]
+    return row.prefix_hit_rate, row.speculative
 
 
 def _order_key(row: PlanRow) -> tuple:
@@ -1285,6 +1396,21 @@ def _route(rows, cands, traffic, slo, policy, api_price, tails, capacity):
         hit[i] = routing.hit_rate(e.routing, cached, e.distinct_prefixes, r)
         imbalance[i] = routing.load_imbalance(e.routing, e.distinct_prefixes, r)
         steps[i] = routing_steps(e, row, prefix, live, cached, r, hit[i], imbalance[i])
+        simulated = capacity[i] if capacity is not None else None
+        if simulated is not None and simulated.prefix_hit_rate is not None:
+            # the simulation ran at the analytic plan's routed hit rate: size at that one
+            hit[i] = simulated.prefix_hit_rate
+            steps[i].append(
+                step(
+                    "simulated_prefix_hit_rate",
+                    "the hit rate the simulation ran at (the analytic plan's routed rate)",
+                    [],
+                    hit[i],
+                    "",
+                    "the simulated and mean-value paths skip the same prefill",
+                    kind="model",
+                )
+            )
     result = _Routed(hit, imbalance, steps)
     return _plan_rows(cands, traffic, slo, policy, api_price, tails, capacity, result), result
 

@@ -124,6 +124,13 @@ _ALLOWED_NODES = (
 )
 
 
+def defaults_note(sources: dict[str, str]) -> str:
+    """The note of a step that used defaults: each default with its figure and source."""
+    if not sources:
+        return "all given"
+    return "defaults used: " + "; ".join(f"{k} = {v}" for k, v in sources.items())
+
+
 def q(name: str, value: float | str, unit: str) -> Quantity:
     """Shorthand for a Quantity; numpy scalars become Python floats."""
     return Quantity(name, value if isinstance(value, str) else float(value), unit)

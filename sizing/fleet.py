@@ -17,10 +17,58 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sizing import autoscale, coldstart, cost, headroom, littles
 from sizing import breakeven as be
-from sizing import cost, headroom, littles
 from sizing.derivation import Step, q, step
 from sizing.specs import ApiPrice, Policy, Traffic
+
+
+@dataclass(frozen=True)
+class BurstWarmPool:
+    """The scenario's ``cold_start`` and ``autoscaling`` blocks, as ``Policy.burst_warm_pool``.
+
+    When they state a burst (``autoscale.burst_ramp_rps_per_s`` > 0: a ramp given, or a
+    burst factor above 1 reached within ``burst_s``), every candidate's warm pool is what the
+    ramp needs during its own cold start, ``ceil(ramp * cold_start_s / X)`` (Little on the
+    ramp, ``headroom.warm_pool_for_cold_start``), and the fixed fleet's replicas, $/month,
+    break-even and band carry it instead of the typed ``warm_pool_replicas``.
+    """
+
+    cold_start: coldstart.ColdStartInputs
+    autoscaling: autoscale.AutoscalingInputs
+
+
+@dataclass(frozen=True)
+class WarmPool:
+    """Per candidate: the warm pool, and (when sized from the burst) its inputs."""
+
+    replicas: np.ndarray
+    from_burst: bool
+    ramp_rps_per_s: float = 0.0
+    cold_start_s: np.ndarray | None = None
+
+
+def warm_pool(
+    policy: Policy, traffic: Traffic, weights_gb_per_gpu, gpus_per_replica, capacity_rps
+) -> WarmPool:
+    """The warm pool of n candidates: from the burst when the policy states one, else the
+    typed ``policy.warm_pool_replicas`` (see ``BurstWarmPool``). Misfits (no capacity) get 0."""
+    x = np.asarray(capacity_rps, dtype=np.float64)
+    spec = policy.burst_warm_pool
+    ramp = (
+        autoscale.burst_ramp_rps_per_s(spec.autoscaling, traffic.peak_rps, policy.burst_factor)
+        if spec is not None
+        else 0.0
+    )
+    if not ramp > 0:
+        return WarmPool(np.full(x.shape, float(policy.warm_pool_replicas)), False)
+    weights = np.nan_to_num(np.asarray(weights_gb_per_gpu, dtype=np.float64))
+    t_cold = coldstart.cold_start_s(spec.cold_start, weights, gpus_per_replica)
+    t_cold = np.broadcast_to(t_cold, x.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        warm = headroom.warm_pool_for_cold_start(ramp, t_cold, x)
+    warm = np.where((x > 0) & np.isfinite(warm), warm, 0.0)
+    return WarmPool(warm, True, float(ramp), t_cold)
 
 
 @dataclass(frozen=True)
@@ -30,6 +78,7 @@ class Fleet:
     capacity_rps: np.ndarray  # req/s one replica serves within the SLO
     serving: np.ndarray  # replicas carrying the peak (inf: cannot serve)
     replicas: np.ndarray  # serving + spares + warm pool
+    warm: WarmPool  # the warm pool per candidate (from the burst, or the typed number)
     gpus_per_replica: np.ndarray
     usd_per_gpu_hour: np.ndarray
     utilization: np.ndarray  # mean load / provisioned capacity
@@ -47,12 +96,38 @@ class Fleet:
     def gpus(self) -> np.ndarray:
         return self.replicas * self.gpus_per_replica
 
+    def _warm_steps(self, i: int) -> list[Step]:
+        """The warm pool's own step when it is sized from the burst (else it is typed)."""
+        w = self.warm
+        if not w.from_burst:
+            return []
+        typed = self.policy.warm_pool_replicas
+        return [
+            step(
+                "warm_pool_replicas",
+                "ceil(ramp * cold_start_s / X)",
+                [
+                    q("ramp", w.ramp_rps_per_s, "req/s per s"),
+                    q("cold_start_s", float(w.cold_start_s[i]), "s"),
+                    q("X", self.capacity_rps[i], "req/s per replica"),
+                ],
+                w.replicas[i],
+                "replicas",
+                "sized from the burst: what the ramp needs while a new replica boots (Little "
+                "on the ramp)" + (f"; the typed warm pool of {typed} is not used" if typed else ""),
+            )
+        ]
+
+    def fixed_replicas(self, i: int) -> float:
+        """Spares + warm pool of row ``i``: the replicas that do not scale with load."""
+        return self.policy.spare_replicas + float(self.warm.replicas[i])
+
     def steps(self, i: int) -> list[Step]:
         """The derivation of row ``i``: every formula evaluates on its inputs."""
         t, p = self.traffic, self.policy
         x, total, usd_h = self.capacity_rps[i], self.replicas[i], self.usd_per_hour[i]
         osl = t.output_tokens_mean
-        return [
+        return self._warm_steps(i) + [
             step(
                 "in_flight_at_peak",
                 "peak_rps * W",
@@ -79,7 +154,7 @@ class Fleet:
                 [
                     q("serving", self.serving[i], "replicas"),
                     q("spare", p.spare_replicas, "replicas"),
-                    q("warm_pool", p.warm_pool_replicas, "replicas"),
+                    q("warm_pool", self.warm.replicas[i], "replicas"),
                 ],
                 total,
                 "replicas",
@@ -148,11 +223,14 @@ def size_fleet(
     gpus_per_replica,
     usd_per_gpu_hour,
     serves=True,
+    weights_gb_per_gpu=0.0,
 ) -> Fleet:
     """Headroom and cost for n candidates from their per-replica capacity (req/s).
 
     ``serves`` (bool array) marks rows that can carry load at all (fit and a positive
-    capacity); the others get inf replicas and inf $/M tokens.
+    capacity); the others get inf replicas and inf $/M tokens. ``weights_gb_per_gpu`` sizes
+    each candidate's cold start, hence its warm pool when the policy states a burst
+    (``warm_pool``).
     """
     x = np.asarray(capacity_rps, dtype=np.float64)
     ok = np.asarray(serves, dtype=bool) & (x > 0)
@@ -162,7 +240,8 @@ def size_fleet(
         traffic.peak_rps, x, policy.target_utilization, policy.burst_factor
     )
     serving = np.where(ok, serving, np.inf)
-    total = headroom.total_replicas(serving, policy.spare_replicas, policy.warm_pool_replicas)
+    warm = warm_pool(policy, traffic, weights_gb_per_gpu, gpi, np.where(ok, x, 0.0))
+    total = headroom.total_replicas(serving, policy.spare_replicas, warm.replicas)
     isl, osl = traffic.prompt_tokens_mean, traffic.output_tokens_mean
     with np.errstate(invalid="ignore"):  # misfits: inf replicas x 0 req/s
         usd_h = cost.usd_per_hour(total, gpi, price)
@@ -176,6 +255,7 @@ def size_fleet(
         capacity_rps=x,
         serving=serving,
         replicas=total,
+        warm=warm,
         gpus_per_replica=gpi,
         usd_per_gpu_hour=price,
         utilization=util,
@@ -212,7 +292,7 @@ def breakeven(fleet: Fleet, i: int, api_price: ApiPrice) -> tuple[BreakEvenResul
     x = float(fleet.capacity_rps[i])
     usd_replica_h = float(fleet.gpus_per_replica[i] * fleet.usd_per_gpu_hour[i])
     k_month = usd_replica_h * cost.HOURS_PER_MONTH
-    fixed = p.spare_replicas + p.warm_pool_replicas
+    fixed = fleet.fixed_replicas(i)
     peak_to_mean = t.peak_rps / t.mean_rps if t.mean_rps > 0 else 1.0
     api_p = be.api_usd_per_token(api_price, t)
     v_r = (
@@ -345,7 +425,7 @@ def error_band(fleet: Fleet, i: int, relative_error: float) -> tuple[Band, list[
     e = min(max(float(relative_error), 0.0), 0.9)
     t, p = fleet.traffic, fleet.policy
     x = float(fleet.capacity_rps[i])
-    spares = p.spare_replicas + p.warm_pool_replicas
+    spares = int(fleet.fixed_replicas(i))  # the warm pool at X (the answer's): fixed here
     high_x, low_x = x * (1 + e), x * (1 - e)
     low = int(headroom.serving_replicas(t.peak_rps, high_x, p.target_utilization, p.burst_factor))
     high = int(headroom.serving_replicas(t.peak_rps, low_x, p.target_utilization, p.burst_factor))

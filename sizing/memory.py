@@ -7,6 +7,9 @@ Weights
 ``weights_bytes = (P - P_hp) * b_w + P_hp * max(b_w, 2)`` where ``P_hp`` (input embedding + a
 separate LM head) stays in bf16 in quantized checkpoints (vLLM and ModelOpt keep both
 unquantized; Llama 3.1 70B fp8 then loads as 72.7 GB, vLLM's "67.7 GiB").
+Mixed-precision checkpoints give components their own bytes: the routed experts ``P_e * b_e``
+and the embedding/LM head ``P_hp * b_emb`` (``b_emb`` replaces ``max(b_w, 2)``), so
+``(P - P_hp - P_e) * b_w + P_hp * b_emb + P_e * b_e``.
 Per GPU: the non-expert part splits over TP*PP; the routed experts
 (``P_routed = E * params_per_expert * num_moe_layers``) over EP*PP when EP > 1, else TP*PP.
 
@@ -68,11 +71,12 @@ def high_precision_params(c: CandidateArrays) -> np.ndarray:
 
 
 def nonexpert_weight_bytes(c: CandidateArrays) -> np.ndarray:
-    """Bytes of everything but the routed experts (B): attention, dense MLPs, shared experts,
-    norms, embedding and LM head (the latter two at ``max(b_w, 2)``)."""
+    """Bytes of everything but the routed experts (B): attention, dense MLPs, shared experts
+    and norms at ``b_w``; embedding and LM head at ``b_emb`` (their own precision when the
+    checkpoint states one, else ``max(b_w, 2)``)."""
     p_hp = high_precision_params(c)
     p_rest = c.total_params - routed_expert_params(c) - p_hp
-    return p_rest * c.weight_bytes_per_param + p_hp * np.maximum(c.weight_bytes_per_param, 2.0)
+    return p_rest * c.weight_bytes_per_param + p_hp * c.embedding_bytes_per_param
 
 
 def expert_weight_bytes(c: CandidateArrays) -> np.ndarray:
@@ -81,9 +85,22 @@ def expert_weight_bytes(c: CandidateArrays) -> np.ndarray:
     return routed_expert_params(c) * c.expert_bytes_per_param
 
 
+#: bytes per param of a vision encoder: engines leave the vision tower unquantized (bf16)
+VISION_BYTES_PER_PARAM = 2.0
+
+
+def vision_weight_bytes(c: CandidateArrays) -> np.ndarray:
+    """The vision encoder's bytes when the prompts carry images, ``P_v * 2`` (B; 0 without
+    images). It runs once per image, in the prefill, so decode steps do not stream it."""
+    if not np.any(c.image_tokens > 0):
+        return np.zeros(len(c))
+    return np.where(c.image_tokens > 0, c.vision_params * VISION_BYTES_PER_PARAM, 0.0)
+
+
 def weights_bytes_total(c: CandidateArrays) -> np.ndarray:
-    """Whole-model weight bytes (B); 70.55e9 params x 2 B = 141.1e9 B for Llama 3.1 70B bf16."""
-    return nonexpert_weight_bytes(c) + expert_weight_bytes(c)
+    """Whole-model weight bytes (B); 70.55e9 params x 2 B = 141.1e9 B for Llama 3.1 70B bf16.
+    A vision-language model serving images adds its encoder (``vision_weight_bytes``)."""
+    return nonexpert_weight_bytes(c) + expert_weight_bytes(c) + vision_weight_bytes(c)
 
 
 def expert_shards(c: CandidateArrays) -> np.ndarray:
@@ -93,9 +110,9 @@ def expert_shards(c: CandidateArrays) -> np.ndarray:
 
 def weights_bytes_per_gpu(c: CandidateArrays) -> np.ndarray:
     """``nonexpert / (TP*PP) + experts / (shards*PP)`` bytes resident on one GPU (B)."""
-    return nonexpert_weight_bytes(c) / (c.tp * c.pp) + expert_weight_bytes(c) / (
-        expert_shards(c) * c.pp
-    )
+    return (nonexpert_weight_bytes(c) + vision_weight_bytes(c)) / (
+        c.tp * c.pp
+    ) + expert_weight_bytes(c) / (expert_shards(c) * c.pp)
 
 
 # ---------------------------------------------------------------------------- KV cache
@@ -248,6 +265,7 @@ def structural_reason_codes(
     mark(limited & (np.asarray(context_tokens) > c.max_model_len), R_MODEL_LEN)
     mark(limited & (c.max_model_len > c.max_context), R_CONTEXT)
     mark(~(c.peak_flops > 0), R_NO_PEAK)
+    mark((c.num_experts > 0) & ~(c.expert_peak_flops > 0), R_NO_PEAK)
     return code
 
 
@@ -415,7 +433,9 @@ def reason_text(c: CandidateArrays, fit: MemoryFit, i: int) -> str:
             f"{int(c.max_context[i]):,}"
         )
     if code == R_NO_PEAK:
-        return f"no dense TFLOP/s known for {c.weight_precision(i)} weights on {gpu}"
+        which = c.weight_precision(i) if c.peak_flops[i] > 0 else ""
+        which = c.expert_precision(i) + " expert" if which else c.weight_precision(i)
+        return f"no dense TFLOP/s known for {which} weights on {gpu}"
     if code == R_WEIGHTS:
         per = "" if n_gpus == 1 else " per GPU"
         return (

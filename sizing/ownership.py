@@ -17,10 +17,11 @@ delivered tokens. ``months_to_breakeven = capex_total / (rented - owned opex) pe
 a simple payback (undiscounted; the cost of capital is in the owned $/h, not here), never
 when the saving is <= 0.
 
-Worked number (tests/sizing/test_ownership.py): an 8-GPU node at $250,000, 5 years, 8%,
-8 x 700 W + 4,600 W host = 10.2 kW, PUE 1.58, $0.08/kWh, $180/kW-month, $500/node-month:
-crf = 0.25046 -> capital $7.148/h, power $1.289/h, colo $2.515/h, ops $0.685/h ->
-$11.637/node-hour = $1.455/GPU-hour; against $2.50 rented the break-even utilization is 58%.
+Worked number (tests/sizing/test_fleet_life.py): an 8-GPU node at $250,000, 5 years, 8%,
+8 x 700 W + 4,600 W host = 10.2 kW, PUE 1.58, $0.08/kWh, $184.06/kW-month, $500/node-month
+(the defaults but the capex; ``SOURCES`` has each default's source): crf = 0.25046 ->
+capital $7.148/h, power $1.289/h, colo $2.572/h, ops $0.685/h -> $11.694/node-hour =
+$1.462/GPU-hour; against $2.50 rented the break-even utilization is 58.5%.
 """
 
 from __future__ import annotations
@@ -30,56 +31,83 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from sizing.cost import HOURS_PER_MONTH
-from sizing.derivation import Step, q, step
+from sizing.derivation import Step, defaults_note, q, step
 
 HOURS_PER_YEAR = 8760.0
 
 
 @dataclass(frozen=True)
 class OwnershipInputs:
-    """The scenario's ``ownership`` block, defaults filled in.
+    """The scenario's ``ownership`` block, defaults filled in; where each default comes
+    from is in ``SOURCES`` (the output repeats it beside "default")."""
 
-    - ``capex_usd_per_node`` None: ``DEFAULT_CAPEX_USD_PER_GPU * gpus_per_node``.
-    - ``depreciation_years`` 5: computers are 5-year property under US MACRS (IRS Publication
-      946, table B-1, asset class 00.12, https://www.irs.gov/publications/p946).
-    - ``cost_of_capital`` 0.08: of the order of the cost of capital of US technology firms in
-      Damodaran's annual data set (https://pages.stern.nyu.edu/~adamodar/New_Home_Page/datafile/wacc.html);
-      approximate, use your own.
-    - ``host_watts_per_node`` 4,600: NVIDIA's DGX H100 datasheet gives ~10.2 kW maximum system
-      power, of which 8 x 700 W are the GPUs (https://www.nvidia.com/en-us/data-center/dgx-h100/).
-    - ``pue`` 1.58: the average annual PUE of the Uptime Institute Global Data Center Survey
-      2023 (https://uptimeinstitute.com/resources/research-and-reports/uptime-institute-global-data-center-survey-results-2023).
-    - ``usd_per_kwh`` 0.08: the US average industrial retail electricity price, ~8 cents/kWh in
-      EIA's Electric Power Monthly table 5.6.A (https://www.eia.gov/electricity/monthly/);
-      rounded.
-    - ``colo_usd_per_kw_month`` 180: North American wholesale colocation asking rates were
-      ~$180/kW-month in CBRE's 2024 data-center trends reports
-      (https://www.cbre.com/insights/reports/north-america-data-center-trends-h2-2024);
-      approximate.
-    - ``ops_usd_per_node_month`` 500: remote hands, spares, monitoring; our assumption, no
-      public figure.
-    """
-
-    capex_usd_per_node: float | None = None
-    depreciation_years: float = 5.0
-    cost_of_capital: float = 0.08
-    host_watts_per_node: float = 4600.0
-    pue: float = 1.58
-    usd_per_kwh: float = 0.08
-    colo_usd_per_kw_month: float = 180.0
-    ops_usd_per_node_month: float = 500.0
+    capex_usd_per_node: float | None = None  # DEFAULT_CAPEX_USD_PER_GPU x GPUs (SOURCES)
+    depreciation_years: float = 5.0  # IRS Publication 946 (SOURCES)
+    cost_of_capital: float = 0.08  # Damodaran's data set, approximate (SOURCES)
+    host_watts_per_node: float = 4600.0  # NVIDIA DGX H100 datasheet (SOURCES)
+    pue: float = 1.58  # Uptime Institute 2023 (SOURCES)
+    usd_per_kwh: float = 0.08  # EIA, US industrial average (SOURCES)
+    colo_usd_per_kw_month: float = 184.06  # CBRE H2 2024 (SOURCES)
+    ops_usd_per_node_month: float = 500.0  # assumption (SOURCES)
     defaults: tuple[str, ...] = ()
 
 
-#: Default capex per GPU when no node price is given: H100-class accelerators were widely
-#: reported at $25,000-$40,000 each in 2023-2024 press coverage; with the host, networking
-#: and storage share a node of 8 lands near $250,000-$300,000. Order of magnitude, not a quote.
-DEFAULT_CAPEX_USD_PER_GPU = 35_000.0
+#: Default capex per GPU when no node price is given: SemiAnalysis estimated a DGX H100's
+#: sale price at ~$270,000 for 8 GPUs (host, NICs and switch share included), $33,750 per
+#: GPU (as cited by Epoch AI, https://github.com/epoch-research/training-cost-trends).
+DEFAULT_CAPEX_USD_PER_GPU = 33_750.0
 
 FIELDS = tuple(f.name for f in fields(OwnershipInputs) if f.name != "defaults")
 
-#: A GPU generation every ~2 years (Hopper 2022, Blackwell 2024): past it a new buyer pays
-#: the same for more tokens, so a longer payback risks owning the previous generation.
+#: Where each default of the block comes from; "assumption" says when a figure is ours.
+SOURCES: dict[str, str] = {
+    "capex_usd_per_node": (
+        "$33,750 per GPU x GPUs per node: SemiAnalysis's ~$270,000 sale price of an 8-GPU DGX "
+        "H100 (cited by Epoch AI, https://github.com/epoch-research/training-cost-trends)"
+    ),
+    "depreciation_years": (
+        "5 years: computers are 5-year property under US MACRS (IRS Publication 946, table "
+        "B-1, asset class 00.12, https://www.irs.gov/publications/p946)"
+    ),
+    "cost_of_capital": (
+        "0.08: approximate cost of capital of US technology firms in Damodaran's annual data "
+        "set (https://pages.stern.nyu.edu/~adamodar/New_Home_Page/datafile/wacc.html); "
+        "an assumption, use your own"
+    ),
+    "host_watts_per_node": (
+        "4,600 W: NVIDIA DGX H100 datasheet's ~10.2 kW maximum system power less 8 x 700 W "
+        "GPUs (https://www.nvidia.com/en-us/data-center/dgx-h100/)"
+    ),
+    "pue": (
+        "1.58: industry average PUE in 2023 from the Uptime Institute Global Data Center "
+        "Survey (https://intelligence.uptimeinstitute.com/resource/"
+        "large-data-centers-are-mostly-more-efficient-analysis-confirms)"
+    ),
+    "usd_per_kwh": (
+        "$0.08/kWh: US average retail price to industrial customers, ~8 cents/kWh in EIA's "
+        "Electric Power Monthly table 5.6.A (https://www.eia.gov/electricity/monthly/); "
+        "rounded"
+    ),
+    "colo_usd_per_kw_month": (
+        "$184.06/kW-month: average asking rate for a 250-500 kW requirement across North "
+        "American primary markets, CBRE North America Data Center Trends H2 2024 "
+        "(https://www.cbre.com/insights/reports/north-america-data-center-trends-h2-2024)"
+    ),
+    "ops_usd_per_node_month": (
+        "$500/node-month: remote hands, spares, monitoring; assumption, no public figure"
+    ),
+}
+
+
+def default_sources(inputs: OwnershipInputs) -> dict[str, str]:
+    """``{field: figure and source}`` for every field the scenario left to its default."""
+    return {name: SOURCES[name] for name in inputs.defaults if name in SOURCES}
+
+
+#: A GPU generation every ~2 years: NVIDIA announced Hopper (H100) at GTC in March 2022 and
+#: Blackwell (B200) at GTC in March 2024 (NVIDIA's GTC keynote press releases). Past it a new
+#: buyer pays the same for more tokens, so a longer payback risks owning the previous
+#: generation.
 GENERATION_MONTHS = 24.0
 
 
@@ -182,7 +210,7 @@ def node_hour(
             ],
             result.usd_per_gpu_hour,
             "$/GPU-hour",
-            "defaults used: " + ", ".join(inputs.defaults) if inputs.defaults else "all given",
+            defaults_note(default_sources(inputs)),
         ),
     ]
     return result, steps

@@ -7,6 +7,11 @@ shell resolves it) or ``head_params`` (the EAGLE/MTP head's size), ``tokens`` (k
 ``serving.distinct_prefixes`` (tenants, system prompts, conversations).
 ``serving.lora``: ``adapters``, ``rank``, ``target_modules``, ``active_per_batch``,
 ``resident_slots``.
+``serving.precision``: per-component precision of a mixed checkpoint, ``experts`` (the routed
+experts), ``attention`` (attention and dense weights: the candidates' weight precision),
+``kv`` (the cache) and ``embeddings`` (input embedding and LM head); a component not given
+follows the candidate's precision; ``models`` gives a model its own components
+(``component_precisions``).
 
 Bad values raise ``SettingError`` naming the dotted field (``serving.speculative.tokens``).
 """
@@ -16,11 +21,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sizing.engine_settings import SettingError, _number, _whole
-from sizing.specs import LORA_MODULES, ModelSpec
+from sizing.specs import LORA_MODULES, ModelSpec, canonical_precision
 
 SPEC_METHODS = ("draft", "eagle", "mtp")
 ROUTING_POLICIES = ("random", "least_loaded", "prefix_affinity")
-SERVING_FIELDS = ("speculative", "routing", "distinct_prefixes", "lora")
+SERVING_FIELDS = ("speculative", "routing", "distinct_prefixes", "lora", "precision")
+#: ``serving.precision`` components (gpt-oss: MXFP4 experts, bf16 attention and embeddings)
+PRECISION_COMPONENTS = ("experts", "attention", "kv", "embeddings")
 SPEC_FIELDS = (
     "method",
     "draft_model",
@@ -142,6 +149,41 @@ def lora_overrides(lora: Mapping) -> dict:
     }
 
 
+def _components(value, field: str, known: tuple[str, ...]) -> dict:
+    given = _block(value, field, known)
+    out: dict = {}
+    for component, text in given.items():
+        if component == "models":
+            continue
+        try:
+            out[component] = canonical_precision(str(text))
+        except ValueError as exc:
+            raise SettingError(f"{field}.{component}", str(exc)) from None
+    return out
+
+
+def component_precisions(block: Mapping | None) -> dict:
+    """Checked ``serving.precision``: {component: canonical precision} for the components
+    given (empty: none), and under ``models`` {model name: {component: precision}} for the
+    models whose checkpoint differs (they override the block's own values for that model).
+    Raises ``SettingError`` naming ``serving.precision.<component>`` (or
+    ``serving.precision.models.<name>.<component>``)."""
+    if not isinstance(block, Mapping) or block.get("precision") in (None, ""):
+        return {}
+    field = "serving.precision"
+    out = _components(block["precision"], field, (*PRECISION_COMPONENTS, "models"))
+    per_model = block["precision"].get("models")
+    if per_model not in (None, "", {}):
+        if not isinstance(per_model, Mapping):
+            raise SettingError(f"{field}.models", 'must be an object like {"gpt-oss-120b": '
+                               '{"experts": "mxfp4"}}')  # fmt: skip
+        out["models"] = {
+            str(name): _components(value, f"{field}.models.{name}", PRECISION_COMPONENTS)
+            for name, value in per_model.items()
+        }
+    return out
+
+
 def serving_overrides(
     block: Mapping | None, draft: ModelSpec | None = None, targets: tuple[ModelSpec, ...] = ()
 ) -> dict:
@@ -166,4 +208,5 @@ def serving_overrides(
         raise SettingError("serving.routing", "give the routing policy with distinct_prefixes")
     if "lora" in block:
         out |= lora_overrides(block["lora"])
+    component_precisions(block)  # checked here; the candidates carry them (not the engine)
     return out

@@ -8,6 +8,7 @@ to these plain objects. All sizes are in base SI units unless a name says otherw
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 #: Bytes per stored element, by precision name. int4/fp4 carry block-scale overhead on top
 #: (see ``WEIGHT_SCALE_OVERHEAD``).
@@ -125,6 +126,13 @@ class ModelSpec:
     max_context: int = 131072
     #: Input embedding shared with the LM head: then the table *is* read every decode step.
     tie_word_embeddings: bool = False
+    #: Vision-language models (``sizing.vision``, from the config's ``vision_config``): the
+    #: encoder's params, its patch side (px), patches merged into one token, and a fixed
+    #: tokens-per-image count when the config states one (0: derive from tiles)
+    vision_params: float = 0.0
+    vision_patch_size: int = 0
+    vision_merge: int = 1
+    vision_tokens_per_image: int = 0
 
     @property
     def is_mla(self) -> bool:
@@ -290,6 +298,14 @@ class Traffic:
     shared_prefix_tokens: float = 0.0
     prefix_hit_rate: float = 0.0
     hourly_rps: tuple[float, ...] = field(default_factory=tuple)  # optional 24-value profile
+    #: Vision-language input (``sizing.vision``): images per request and tokens per image
+    #: (0: from the model's vision config, ``image_tiles`` tiles of ``tile_px`` px each)
+    images_per_request: float = 0.0
+    tokens_per_image: float = 0.0
+    image_tiles: float = 1.0
+    tile_px: float = 448.0
+    #: image tokens already included in ``prompt_tokens_mean`` (set by ``vision.fold_images``)
+    image_tokens: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -313,6 +329,10 @@ class Policy:
     #: N+k by failure domain: the serving replicas survive this many whole nodes down
     #: (sizing.nodes); replica-level ``spare_replicas`` is separate.
     spare_nodes: int = 0
+    #: The scenario's cold-start and autoscaling blocks (``sizing.fleet.BurstWarmPool``);
+    #: with a burst stated the warm pool is sized from it, not ``warm_pool_replicas``. Not
+    #: part of a run's snapshot (the blocks are stored on their own, ``fleet_life``).
+    burst_warm_pool: Any = field(default=None, metadata={"snapshot": False})
 
 
 @dataclass(frozen=True)

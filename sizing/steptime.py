@@ -5,6 +5,16 @@ One engine step on one pipeline stage of one DP rank (per GPU, B = bytes, s = se
 ``stage_s = max(bytes / (BW * eta_mem), flops_dec / (F * eta_flop_decode)
                 + flops_pre / (F * eta_flop_prefill)) + comm_s``
 
+Mixed precision: when a MoE checkpoint's routed experts have their own precision, their
+FLOPs ``2 * k * params_per_expert * L_moe * T`` run at that precision's peak ``F_e``
+(``precision.peak_flops``: fp4 experts on a B200 run fp4 GEMMs, on an H100 fp8 ones, int4
+experts dequantize into bf16 GEMMs) and the rest at ``F``:
+``flop_s = (flops - flops_e) / (F * eta) + flops_e / (F_e * eta)``.
+
+Vision-language prompts (``sizing.vision``): each prefilled token carries
+``vision_flops_per_prefill_token`` of encoder FLOPs (``2 * P_v * merge`` per image token,
+spread over the prompt), added to ``flops_pre`` and timed at the bf16 peak ``F_bf16``.
+
 bytes
     weights touched: non-expert weights minus the input embedding table (only B rows of it
     are read; a tied table is the LM head and is read in full), plus for MoE the expected
@@ -101,6 +111,12 @@ class StageCost:
     flop_s: np.ndarray  # flops at the calibrated efficiencies
     comm_s: np.ndarray  # TP all-reduces + EP all-to-alls
     stage_s: np.ndarray  # max(mem_s, flop_s) + comm_s
+    #: the routed experts' share of flops_decode / flops_prefill, timed at the experts' own
+    #: peak (0 unless a MoE row's experts compute at another precision than its weights)
+    flops_expert_decode: np.ndarray | float = 0.0
+    flops_expert_prefill: np.ndarray | float = 0.0
+    #: the routed experts' part of weight_bytes (at their own bytes per param)
+    expert_weight_bytes: np.ndarray | float = 0.0
 
     @property
     def bytes(self) -> np.ndarray:
@@ -118,7 +134,7 @@ def untied_embedding_params(c: CandidateArrays) -> np.ndarray:
 
 def streamed_nonexpert_bytes_per_gpu(c: CandidateArrays) -> np.ndarray:
     """Non-expert bytes one GPU reads per step: ``(nonexpert - embedding) / (TP * PP)`` (B)."""
-    embed = untied_embedding_params(c) * np.maximum(c.weight_bytes_per_param, 2.0)
+    embed = untied_embedding_params(c) * c.embedding_bytes_per_param
     return (nonexpert_weight_bytes(c) - embed) / (c.tp * c.pp)
 
 
@@ -190,7 +206,8 @@ def stage_cost(
     tokens = dec + pre
     shard = c.tp * c.pp
 
-    weight_bytes = streamed_nonexpert_bytes_per_gpu(c) + streamed_expert_bytes_per_gpu(c, tokens)
+    expert_bytes = streamed_expert_bytes_per_gpu(c, tokens)
+    weight_bytes = streamed_nonexpert_bytes_per_gpu(c) + expert_bytes
     kv_bytes = seqs * kv_bytes_per_sequence_per_gpu(c, decode_context)
 
     ctx = np.asarray(decode_context, dtype=np.float64)
@@ -210,6 +227,21 @@ def stage_cost(
     flop_s = flops_dec / (c.peak_flops * c.eta_flop_decode) + flops_pre / (
         c.peak_flops * c.eta_flop_prefill
     )
+    if np.any(c.vision_flops_per_prefill_token > 0):
+        # vision-language prompts: the encoder's FLOPs ride with the prefill, at bf16
+        vision = pre * c.vision_flops_per_prefill_token / shard
+        flops_pre = flops_pre + vision
+        flop_s = flop_s + vision / (c.vision_peak_flops * c.eta_flop_prefill)
+    expert_dec = expert_pre = 0.0
+    if _experts_at_own_peak(c):
+        # the routed experts' GEMMs run at their own precision's peak: re-time that share
+        own = (c.num_experts > 0) & (c.expert_peak_flops != c.peak_flops)
+        routed = np.where(own, 2.0 * routed_active_params(c) / shard, 0.0)
+        expert_dec, expert_pre = routed * dec, routed * pre
+        rescale = np.where(own, 1.0 / c.expert_peak_flops - 1.0 / c.peak_flops, 0.0)
+        flop_s = (
+            flop_s + (expert_dec / c.eta_flop_decode + expert_pre / c.eta_flop_prefill) * rescale
+        )
     comm_s = tp_allreduce_s(c, tokens) + ep_alltoall_s(c, tokens)
     return StageCost(
         weight_bytes=weight_bytes,
@@ -220,7 +252,22 @@ def stage_cost(
         flop_s=flop_s,
         comm_s=comm_s,
         stage_s=np.maximum(mem_s, flop_s) + comm_s,
+        flops_expert_decode=expert_dec,
+        flops_expert_prefill=expert_pre,
+        expert_weight_bytes=expert_bytes,
     )
+
+
+def routed_active_params(c: CandidateArrays) -> np.ndarray:
+    """Routed-expert params one token runs through: ``k * params_per_expert * L_moe``
+    (gpt-oss-120b: 4 x 24.9e6 x 36 = 3.58e9 of its 5.1e9 active)."""
+    return c.experts_per_token * c.params_per_expert * c.num_moe_layers
+
+
+def _experts_at_own_peak(c: CandidateArrays) -> bool:
+    """Any MoE row whose experts compute at another peak than the rest of its weights."""
+    moe = c.num_experts > 0
+    return bool(np.any(moe & (c.expert_peak_flops != c.peak_flops)))
 
 
 def _zeros(tokens, column: np.ndarray) -> np.ndarray:

@@ -25,6 +25,29 @@ from sizing.operating import OperatingPoint
 from sizing.speculative import break_even_batch, decode_steps, drafting_s
 
 
+def precision_steps(c: CandidateArrays, stage, i: int) -> list[Step]:
+    """A mixed-precision MoE row's streamed bytes per component (one decode stage, per GPU):
+    the non-expert weights at ``b_w`` (embedding/LM head at ``b_emb``) and the routed experts
+    the step touches at ``b_e`` (``steptime.stage_cost``)."""
+    experts = float(np.broadcast_to(stage.expert_weight_bytes, np.shape(stage.weight_bytes))[i])
+    return [
+        step(
+            "decode_weights_touched_per_gpu_stage",
+            "nonexpert + experts",
+            [
+                q("nonexpert", stage.weight_bytes[i] - experts, "B (b_w; embedding/LM head b_emb)"),
+                q("experts", experts, "B (distinct routed experts touched x b_e)"),
+                q("b_w", c.weight_bytes_per_param[i], "B/param"),
+                q("b_e", c.expert_bytes_per_param[i], "B/param"),
+                q("b_emb", c.embedding_bytes_per_param[i], "B/param"),
+            ],
+            stage.weight_bytes[i],
+            "B",
+            "each component streamed at its own bytes per param",
+        )
+    ]
+
+
 def prefix_steps(c: CandidateArrays, op: OperatingPoint, i: int) -> list[Step]:
     """Prefill a prefix-cache hit skips (the same rule as the simulator's)."""
     prompt = q("prompt", op.isl_tokens[i], "tokens")

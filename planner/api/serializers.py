@@ -36,6 +36,18 @@ class TrafficSerializer(serializers.Serializer):
     output_tokens = LengthSerializer()
     shared_prefix_tokens = serializers.FloatField(required=False, help_text="tokens")
     prefix_hit_rate = serializers.FloatField(required=False, help_text="0..1")
+    images_per_request = serializers.FloatField(
+        required=False, help_text="images per request (vision-language models), 0..1000"
+    )
+    tokens_per_image = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        help_text="tokens per image; blank: from each model's vision config",
+    )
+    image_tiles = serializers.FloatField(
+        required=False, help_text="tiles per image for the derived count (1)"
+    )
+    tile_px = serializers.FloatField(required=False, help_text="tile side, px (448)")
 
 
 class SloSerializer(serializers.Serializer):
@@ -109,7 +121,31 @@ class LoraSerializer(serializers.Serializer):
     resident_slots = serializers.IntegerField(required=False)
 
 
+class PrecisionSerializer(serializers.Serializer):
+    """Per-component precision of a mixed checkpoint; blank: the candidate's precision."""
+
+    experts = serializers.CharField(
+        required=False, allow_blank=True, max_length=20, help_text="routed experts (fp4)"
+    )
+    attention = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=20,
+        help_text="attention and dense weights (replaces candidates.precisions)",
+    )
+    kv = serializers.CharField(required=False, allow_blank=True, max_length=20)
+    embeddings = serializers.CharField(
+        required=False, allow_blank=True, max_length=20, help_text="embedding and LM head"
+    )
+    models = serializers.DictField(
+        child=serializers.DictField(child=serializers.CharField(max_length=20)),
+        required=False,
+        help_text='per model, its own components: {"gpt-oss-120b": {"experts": "mxfp4"}}',
+    )
+
+
 class ServingSerializer(serializers.Serializer):
+    precision = PrecisionSerializer(required=False)
     speculative = SpeculativeSerializer(required=False)
     routing = serializers.ChoiceField(
         choices=["random", "least_loaded", "prefix_affinity"], required=False
@@ -155,7 +191,13 @@ class PolicySerializer(serializers.Serializer):
     target_utilization = serializers.FloatField(required=False, help_text="0..1")
     spare_replicas = serializers.IntegerField(required=False, min_value=0, max_value=1000)
     burst_factor = serializers.FloatField(required=False, help_text=">= 1")
-    warm_pool_replicas = serializers.IntegerField(required=False, min_value=0, max_value=1000)
+    warm_pool_replicas = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=1000,
+        help_text="used only when no burst is stated; with a burst (a ramp, or a burst factor "
+        "above 1) the warm pool is sized from it",
+    )
     spare_nodes = serializers.IntegerField(
         required=False,
         min_value=0,
@@ -171,7 +213,12 @@ class ColdStartSerializer(serializers.Serializer):
     registry_gb_s = serializers.FloatField(required=False, allow_null=True, help_text="GB/s, > 0")
     image_cached = serializers.BooleanField(required=False, allow_null=True)
     weights_source = serializers.ChoiceField(
-        choices=list(WEIGHTS_SOURCES), required=False, allow_null=True
+        choices=list(WEIGHTS_SOURCES),
+        required=False,
+        allow_null=True,
+        error_messages={
+            "invalid_choice": f"must be one of {', '.join(WEIGHTS_SOURCES)}, got {{input!r}}"
+        },
     )
     weights_gb_s = serializers.FloatField(required=False, allow_null=True, help_text="GB/s, > 0")
     init_s = serializers.FloatField(required=False, allow_null=True, help_text="s")

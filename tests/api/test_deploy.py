@@ -2,6 +2,7 @@
 field the plan's."""
 
 import math
+import shlex
 
 import pytest
 import yaml
@@ -118,8 +119,39 @@ def test_ui_button_downloads_the_same_yaml(client, run, user):
     ui = client.get(f"/runs/{run.pk}/deploy/", {"gpu": "h100_sxm"})
     assert ui.status_code == 200
     assert ui.content.decode() == deploy.deploy_yaml(run, "h100_sxm")
+    html = page.content.decode()
+    # the worst burst checked with the simulator, beside the fluid model, and each default's
+    # source beside it
+    sim = run.summary["per_gpu"][0]["autoscaling"]["burst"]["simulated"]
+    assert "Checked with the simulator" in html and f"{sim['requests']:,} requests" in html
+    assert "Where the defaults come from" in html
+    assert "https://www.cbre.com/insights/reports/north-america-data-center-trends-h2-2024" in html
     ids = {c["id"] for c in page.context["charts"]}
     assert {"chart-fleet-day", "chart-own-rent-api"} <= ids
+
+
+#: (block, value, the field named, the limit said): negative bandwidth, 0 years, PUE < 1,
+#: spot share outside [0, 1] and the rest of the issue's bad input
+BAD_BLOCKS = [
+    ("ownership", {"pue": 0.9}, "ownership.pue", "at least 1"),
+    ("ownership", {"depreciation_years": 0}, "ownership.depreciation_years", "greater than 0"),
+    ("ownership", {"usd_per_kwh": -0.1}, "ownership.usd_per_kwh", "at least 0"),
+    ("ownership", {"cost_of_capital": 1.5}, "ownership.cost_of_capital", "at most 1"),
+    ("cold_start", {"weights_gb_s": -2}, "cold_start.weights_gb_s", "at least 0.01"),
+    ("cold_start", {"registry_gb_s": -1}, "cold_start.registry_gb_s", "at least 0.01"),
+    ("cold_start", {"weights_source": "tape"}, "cold_start.weights_source", "one of"),
+    ("cold_start", {"image_cached": "maybe"}, "cold_start.image_cached", "valid boolean"),
+    ("autoscaling", {"spot_share": 1.5}, "autoscaling.spot_share", "at most 1"),
+    ("autoscaling", {"spot_share": -0.1}, "autoscaling.spot_share", "at least 0"),
+    ("autoscaling", {"burst_s": 0}, "autoscaling.burst_s", "greater than 0"),
+    ("autoscaling", {"min_replicas": -1}, "autoscaling.min_replicas", "at least 0"),
+    (
+        "autoscaling",
+        {"spot_interruptions_per_hour": -1},
+        "autoscaling.spot_interruptions_per_hour",
+        "at least 0",
+    ),
+]
 
 
 def test_api_blocks_round_trip_and_bad_values_name_the_field(catalog, api):
@@ -132,14 +164,119 @@ def test_api_blocks_round_trip_and_bad_values_name_the_field(catalog, api):
     assert created.status_code == 201, created.json()
     back = api.get(f"/api/v1/scenarios/{created.json()['id']}/").json()
     assert back["cold_start"] == data["cold_start"] and back["ownership"] == data["ownership"]
-    for block, value, field in (
-        ("ownership", {"pue": 0.9}, "ownership.pue"),
-        ("ownership", {"depreciation_years": 0}, "ownership.depreciation_years"),
-        ("cold_start", {"weights_gb_s": -2}, "cold_start.weights_gb_s"),
-        ("cold_start", {"weights_source": "tape"}, "cold_start.weights_source"),
-    ):
+    from planner.models import Scenario
+
+    saved = Scenario.objects.count()
+    for block, value, field, limit in BAD_BLOCKS:
         bad = body()
         bad[block] = value
         answer = api.post("/api/v1/scenarios/", bad, format="json")
         assert answer.status_code == 400
-        assert field in answer.json()["errors"], answer.json()
+        errors = answer.json()["errors"]
+        assert field in errors, answer.json()
+        assert limit in " ".join(errors[field])
+        # nothing saved, and an update with the same value leaves the stored block alone
+        assert Scenario.objects.count() == saved
+        url = f"/api/v1/scenarios/{created.json()['id']}/"
+        patched = api.patch(url, {block: value}, format="json")
+        assert patched.status_code == 400 and field in patched.json()["errors"]
+        assert api.get(url).json()[block] == data.get(block, {}), block
+
+
+def test_multi_node_replica_is_a_leader_worker_set(api, catalog, user):
+    # given a replica of TP4 x PP2 = 8 GPUs on GB200 trays of 4 GPUs: it spans 2 nodes
+    scenario = make_scenario(
+        owner=user,
+        models=["llama-3.1-8b"],
+        gpus=["GB200"],
+        precisions=["fp8"],
+        tp_options=[4],
+        pp_options=[2],
+        autoscaling={"burst_ramp_rps_per_s": 0.5},
+    )
+    run = services.sizing_run_start(scenario=scenario)
+    entry = run.summary["per_gpu"][0]
+    result = run.results.get(candidate_key=entry["recommended"])
+    assert (result.tp, result.pp, result.gpus_per_replica) == (4, 2, 8)
+    assert run.inputs["gpus"]["gb200"]["gpus_per_node"] == 4
+    # when the deployment is asked for
+    response = api.get(f"/api/v1/runs/{run.pk}/deploy/", {"gpu": "gb200"})
+    text = response.content.decode()
+    docs = _docs(response)
+    # then a LeaderWorkerSet of 2 pods per replica (one per node), 4 GPUs each, 8 in all
+    assert set(docs) == {"LeaderWorkerSet", "Service", "ScaledObject"}
+    assert "spans 2 nodes" in text
+    lws = docs["LeaderWorkerSet"]
+    assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
+    policy = entry["autoscaling"]
+    assert lws["spec"]["replicas"] == max(policy["min_replicas"], 1)
+    group = lws["spec"]["leaderWorkerTemplate"]
+    assert group["size"] == 2
+    assert group["restartPolicy"] == "RecreateGroupOnPodRestart"
+    leader, worker = group["leaderTemplate"]["spec"], group["workerTemplate"]["spec"]
+    for pod in (leader, worker):
+        (container,) = pod["containers"]
+        assert container["resources"]["requests"]["nvidia.com/gpu"] == 4
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == 4
+        assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "nvidia-gb200"}
+        assert {v["name"] for v in pod["volumes"]} == {"weights", "dshm"}
+    # the leader and size - 1 workers hold the replica's GPUs
+    assert 4 * group["size"] == result.gpus_per_replica
+    # the leader runs the Ray head, then the server with the engine arguments the sizing
+    # assumed; the worker joins the leader's Ray cluster
+    (lead,) = leader["containers"]
+    (work,) = worker["containers"]
+    script = lead["args"][0]
+    assert "multi-node-serving.sh leader --ray_cluster_size=$(LWS_GROUP_SIZE)" in script
+    assert "multi-node-serving.sh worker --ray_address=$(LWS_LEADER_ADDRESS)" in work["args"][0]
+    serve = shlex.split(script.split("; ", 1)[1])
+    assert serve[:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert serve[3:-2] == deploy.vllm_args(run, result, serve[serve.index("--model") + 1])
+    assert serve[-2:] == ["--distributed-executor-backend", "ray"]
+
+    def arg(name):
+        return serve[serve.index(name) + 1]
+
+    engine, traffic = run.inputs["engine"], run.inputs["traffic"]
+    assert int(arg("--tensor-parallel-size")) == result.tp == 4
+    assert int(arg("--pipeline-parallel-size")) == result.pp == 2
+    assert int(arg("--max-num-seqs")) == result.batch
+    assert float(arg("--gpu-memory-utilization")) == engine["gpu_memory_utilization"]
+    assert int(arg("--max-num-batched-tokens")) == engine["max_num_batched_tokens"]
+    assert (
+        int(arg("--max-model-len")) == traffic["prompt_tokens_p95"] + traffic["output_tokens_p95"]
+    )
+    assert lead["readinessProbe"]["httpGet"]["path"] == "/health"
+    startup = lead["startupProbe"]
+    assert (
+        startup["periodSeconds"] * startup["failureThreshold"] >= 2 * entry["cold_start_s"]["total"]
+    )
+    assert "readinessProbe" not in work  # workers serve no HTTP
+    # the Service reaches the leaders; the autoscaler scales whole groups on their signal
+    assert docs["Service"]["spec"]["selector"] == {"app": lws["metadata"]["name"], "role": "leader"}
+    assert group["leaderTemplate"]["metadata"]["labels"]["role"] == "leader"
+    keda = docs["ScaledObject"]["spec"]
+    assert keda["scaleTargetRef"] == {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "name": lws["metadata"]["name"],
+    }
+    (trigger,) = keda["triggers"]
+    assert f'pod=~"{lws["metadata"]["name"]}-[0-9]+"' in trigger["metadata"]["query"]
+    assert float(trigger["metadata"]["threshold"]) == pytest.approx(
+        policy["in_flight_target"], abs=1e-3
+    )
+    assert keda["maxReplicaCount"] == policy["max_replicas"] + policy["warm_pool_replicas"]
+    # an HPA on request targets the LeaderWorkerSet too
+    hpa = _docs(api.get(f"/api/v1/runs/{run.pk}/deploy/", {"gpu": "gb200", "autoscaler": "hpa"}))
+    assert hpa["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]["kind"] == "LeaderWorkerSet"
+
+
+@pytest.mark.parametrize(
+    "gpus, per_node, nodes", [(8, 8, 1), (4, 8, 1), (16, 8, 2), (8, 4, 2), (12, 8, 2), (10, 4, 5)]
+)
+def test_nodes_per_replica(gpus, per_node, nodes):
+    # the fewest nodes holding the replica's GPUs in equal shares: 12 on 8-GPU nodes -> 2 x 6;
+    # 10 on 4-GPU nodes -> 3 would not split evenly, 5 x 2 does
+    assert deploy.nodes_per_replica(gpus, per_node) == nodes

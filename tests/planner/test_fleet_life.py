@@ -4,7 +4,8 @@ bad input refused by field."""
 import pytest
 from django.core.exceptions import ValidationError
 
-from planner import services
+from planner import services, tails
+from sizing import burst_check
 from sizing.derivation import evaluate
 from tests.factories import make_scenario
 
@@ -63,6 +64,14 @@ def test_defaults_apply_and_say_so(catalog):
     assert "weights_source" in entry["cold_start_s"]["defaults"]
     assert "pue" in entry["tco"]["defaults"]
     assert entry["autoscaling"]["defaults"]
+    # each default says where its figure comes from, in the summary and the derivation
+    for block in (entry["cold_start_s"], entry["autoscaling"], entry["tco"]):
+        assert set(block["default_sources"]) == set(block["defaults"])
+    assert "Uptime Institute" in entry["tco"]["default_sources"]["pue"]
+    assert "PM9A3" in entry["cold_start_s"]["default_sources"]["weights_gb_s"]
+    assert "60-91%" in entry["autoscaling"]["default_sources"]["spot_discount"]
+    (total,) = [s for s in entry["lifecycle_steps"] if s["name"] == "cold_start_s"]
+    assert "image_gb = 12 GB" in total["note"]
     # the default ramp is the burst factor reached within the burst: 20 * 0.5 / 60 req/s/s
     assert entry["autoscaling"]["ramp_rps_per_s"] == pytest.approx(20 * 0.5 / 60)
     # one answer, one self-host-only cost: the hybrid split sizes with the burst factor too
@@ -140,3 +149,80 @@ def test_exports_carry_the_fleet_life_columns(run):
     assert values["scale_up_cooldown_s"] == entry["autoscaling"]["scale_up_cooldown_s"]
     inputs = {r[0].value: r[1].value for r in book["inputs"].iter_rows() if r[0].value}
     assert inputs["cold_start.weights_gb_s (given)"] == 5.0
+
+
+def test_worst_burst_checked_with_the_simulator(run):
+    # given a run whose autoscaling block states a 0.5 req/s per s ramp
+    entry = run.summary["per_gpu"][0]
+    burst = entry["autoscaling"]["burst"]
+    sim = burst["simulated"]
+    # then the simulator's share of the worst window sits beside the fluid model's
+    assert sim["fluid_slo_share"] == burst["slo_share"]
+    assert 0.0 <= sim["slo_share"] <= 1.0
+    assert 0 < sim["requests"] <= 2 * burst_check.MAX_REQUESTS
+    assert sim["percentile"] == 95.0
+    assert sim["ttft_ms_at_percentile"] > 0 and sim["tpot_ms_at_percentile"] > 0
+    # the derivation carries the simulation step with the same number
+    (step,) = [s for s in entry["lifecycle_steps"] if s["name"] == "burst_simulated_slo_share"]
+    assert step["value"] == sim["slo_share"] and step["kind"] == "simulation"
+    assert step["stage"] == "Autoscaling"
+    # seeded from the candidate's inputs (as its tail search is): a rerun replays the trace
+    index = [c["key"] for c in run.inputs["candidates"]].index(entry["recommended"])
+    assert sim["seed"] == tails.seed_for(tails.cache_key(run.inputs, index))
+
+
+def test_no_burst_no_simulated_check(catalog):
+    run = services.sizing_run_start(scenario=make_scenario(**SMALL))
+    assert run.summary["per_gpu"][0]["autoscaling"]["burst"]["simulated"] is None
+
+
+def test_fixed_fleet_cost_uses_the_burst_warm_pool_everywhere(run, client):
+    import csv
+    import io
+
+    from openpyxl import load_workbook
+
+    from planner import exports
+    from planner.templatetags.headroom import usd
+
+    # given a run whose autoscaling block states a ramp (0.5 req/s per s)
+    entry = run.summary["per_gpu"][0]
+    result = run.results.get(candidate_key=entry["recommended"])
+    d = result.derivation
+    policy = run.inputs["policy"]
+    # then the fixed fleet holds the warm pool the ramp needs (not the typed 0): the row,
+    # the summary and the autoscaling policy carry one number
+    warm = d["warm_pool_replicas"]
+    assert warm == entry["warm_pool_replicas"] == entry["autoscaling"]["warm_pool_replicas"] >= 1
+    assert policy["warm_pool_replicas"] == 0
+    assert result.replicas == d["serving_replicas"] + policy["spare_replicas"] + warm
+    (step,) = [s for s in d["steps"] if s["name"] == "warm_pool_replicas"]
+    assert step["stage"] and step["value"] == warm
+    price = result.usd_per_hour / (result.replicas * result.gpus_per_replica)
+    assert entry["usd_per_month"] == pytest.approx(
+        result.replicas * result.gpus_per_replica * price * 730
+    )
+    saving = entry["autoscaled_saving_usd_per_month"]
+    assert saving == pytest.approx(entry["usd_per_month"] - entry["autoscaled_usd_per_month"])
+    # the break-even's fixed replicas and the hybrid's spares are the same spares + warm pool
+    (crossing,) = [s for s in d["steps"] if s["name"] == "crossing_tokens_per_month"]
+    fixed = {i["name"]: i["value"] for i in crossing["inputs"]}["s (spare + warm)"]
+    assert fixed == policy["spare_replicas"] + warm
+    # CSV and XLSX: the same $/month, autoscaled $/month and saving
+    rows = list(csv.DictReader(io.StringIO(exports.run_csv(run))))
+    (mine,) = [r for r in rows if r["recommended"] == "true"]
+    for name in ("usd_per_month", "autoscaled_usd_per_month", "autoscaled_saving_usd_per_month"):
+        value = entry[name] if name in entry else getattr(result, name)
+        assert float(mine[name]) == pytest.approx(value, abs=0.01), name
+    book = load_workbook(io.BytesIO(exports.run_xlsx(run)))
+    header = [c.value for c in book["summary"][1]]
+    values = dict(zip(header, [c.value for c in book["summary"][2]], strict=False))
+    for name in ("usd_per_month", "autoscaled_usd_per_month", "autoscaled_saving_usd_per_month"):
+        assert values[name] == pytest.approx(entry[name], abs=0.01), name
+    # the UI: the same three numbers on the run page
+    client.force_login(run.scenario.owner)
+    html = client.get(f"/runs/{run.pk}/").content.decode()
+    assert f"Autoscaled day {usd(entry['autoscaled_usd_per_month'])}/month" in html
+    assert f"the fixed fleet {usd(entry['usd_per_month'])}/month" in html
+    if saving > 0:
+        assert f"saves {usd(saving)}/month" in html

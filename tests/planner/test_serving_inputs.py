@@ -1,6 +1,7 @@
 """Engine settings and serving techniques through every door: API body, snapshot, predict CSV."""
 
 import copy
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -171,3 +172,137 @@ def test_kimi_k2_int4_on_8_h100_at_full_context_fits_only_above_090(catalog):
     c, f = fit(0.95)
     assert f.fits[0]
     assert 0 < f.kv_budget_bytes_per_gpu[0] - 9.21e9 < 0.1e9
+
+
+# ---------------------------------------------------------------------------- mixed precision
+def test_serving_precision_reaches_every_candidate_of_the_snapshot(catalog, api):
+    # given gpt-oss-120b as its checkpoint ships: MXFP4 experts, bf16 attention and embeddings
+    serving = {"precision": {"experts": "mxfp4", "attention": "bf16", "kv": "fp8",
+                             "embeddings": "bf16"}}  # fmt: skip
+    data = body(serving=serving)
+    data["candidates"] = {"models": ["gpt-oss-120b"], "gpus": ["H100"], "precisions": ["fp8"]}
+    response = api.post("/api/v1/scenarios/", data, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["serving"]["precision"]["experts"] == "mxfp4"
+    inputs = build_inputs_snapshot(Scenario.objects.get(), None)
+    cores = snap.candidates(inputs)
+    # then attention replaces the swept precision, and each component is on every candidate
+    assert {k.weight_precision for k in cores} == {"bf16"}
+    assert {(k.expert_precision, k.kv_precision, k.embedding_precision) for k in cores} == {
+        ("fp4", "fp8", "bf16")
+    }
+    # and it fits one 80 GB H100, which the model at bf16 throughout does not
+    from sizing.chain import candidate_arrays
+
+    c = candidate_arrays(cores[:1])
+    assert fit_memory(c, 2000).fits[0]
+    assert not fit_memory(candidate_arrays([dataclasses.replace(cores[0],
+                                            expert_precision=None)]), 2000).fits[0]  # fmt: skip
+
+
+BAD_MIXED = [
+    ({"serving": {"precision": {"experts": "fp3"}}}, "serving.precision.experts"),
+    ({"serving": {"precision": {"kv": "int2"}}}, "serving.precision.kv"),
+    ({"traffic": {**BODY["traffic"], "images_per_request": -1}}, "traffic.images_per_request"),
+    ({"traffic": {**BODY["traffic"], "images_per_request": 1, "tokens_per_image": 0}},
+     "traffic.tokens_per_image"),
+    ({"traffic": {**BODY["traffic"], "images_per_request": 1000, "tokens_per_image": 100000}},
+     "traffic.images_per_request"),
+    # Llama 3.1 70B has no vision config: images need their token count given
+    ({"traffic": {**BODY["traffic"], "images_per_request": 2}}, "traffic.tokens_per_image"),
+]  # fmt: skip
+
+
+def test_bad_precision_and_image_input_is_refused_naming_the_field(catalog, api):
+    for blocks, field in BAD_MIXED:
+        response = api.post("/api/v1/scenarios/", body(**blocks), format="json")
+        assert response.status_code == 400, response.json()
+        assert field in response.json()["errors"], (field, response.json())
+        assert not Scenario.objects.exists()
+
+
+# ---------------------------------------------------------------------------- images
+def test_images_reach_the_snapshot_and_the_vision_config_sets_the_tokens(catalog, api):
+    traffic = {**BODY["traffic"], "images_per_request": 2, "image_tiles": 1, "tile_px": 448}
+    data = body(traffic=traffic)
+    data["candidates"] = {"models": ["Qwen3.5-397B-A17B"], "gpus": ["B200"],
+                          "precisions": ["fp8"]}  # fmt: skip
+    response = api.post("/api/v1/scenarios/", data, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["traffic"]["images_per_request"] == 2
+    inputs = build_inputs_snapshot(Scenario.objects.get(), None)
+    t = snap.traffic(inputs)
+    assert (t.images_per_request, t.tile_px) == (2, 448)
+    [core, *_] = snap.candidates(inputs)
+    assert (core.model.vision_patch_size, core.model.vision_merge) == (16, 4)
+    from sizing.vision import tokens_per_image
+
+    assert tokens_per_image(core.model, t) == 196  # (448 / 16)^2 / 4
+
+
+def test_predict_columns_for_components_and_images(catalog):
+    base = "Llama 3.1 8B,H100,1,1,1,1,fp8,,2000,200,16"
+    plain = _predict("", [base])[0]
+    rows = _predict(
+        ",embedding_precision,images_per_request,tokens_per_image",
+        [base + ",fp8,,", base + ",,1,256", base + ",,1,", base + ",fp5,,", base + ",,-1,"],
+    )
+    assert float(rows[0]["weights_gb_per_gpu"]) < float(plain["weights_gb_per_gpu"])
+    assert float(rows[1]["ttft_ms"]) > float(plain["ttft_ms"])  # 256 more prompt tokens
+    for row, column in zip(rows[2:], ("tokens_per_image", "embedding_precision",
+                                      "images_per_request"), strict=True):  # fmt: skip
+        assert row["fits"] == "false" and row["reason"].startswith(column), row["reason"]
+    # Gemma 4's config states 280 tokens per image
+    gemma = "Gemma 4 26B-A4B,H100,1,1,1,1,bf16,,1000,200,8"
+    text, image = _predict(",images_per_request", [gemma + ",", gemma + ",1"])
+    assert image["fits"] == "true", image["reason"]
+    assert float(image["ttft_ms"]) > float(text["ttft_ms"])
+    assert float(image["max_concurrency"]) < float(text["max_concurrency"])
+
+
+def test_a_model_gets_its_own_components_and_unknown_models_are_refused(catalog, api):
+    # given gpt-oss-120b (MXFP4 experts) next to Llama 3.1 8B (fp8 throughout)
+    serving = {
+        "precision": {
+            "kv": "fp8",
+            "models": {"gpt-oss-120b": {"experts": "mxfp4", "attention": "bf16"}},
+        }
+    }
+    data = body(serving=serving)
+    data["candidates"] = {"models": ["gpt-oss-120b", "Llama 3.1 8B"], "gpus": ["H100"],
+                          "precisions": ["fp8"]}  # fmt: skip
+    response = api.post("/api/v1/scenarios/", data, format="json")
+    assert response.status_code == 201, response.json()
+    cores = snap.candidates(build_inputs_snapshot(Scenario.objects.get(), None))
+    by_model = {(k.model.name, k.weight_precision, k.expert_precision, k.kv_precision)
+                for k in cores}  # fmt: skip
+    assert by_model == {
+        ("gpt-oss-120b", "bf16", "fp4", "fp8"),
+        ("Llama 3.1 8B", "fp8", None, "fp8"),
+    }
+    # a model that is not a candidate, or not in the catalog, is refused by its path
+    for name in ("Qwen3-32B", "no-such-model"):
+        bad = body(serving={"precision": {"models": {name: {"experts": "fp4"}}}})
+        response = api.post("/api/v1/scenarios/", bad, format="json")
+        assert response.status_code == 400
+        assert f"serving.precision.models.{name}" in response.json()["errors"], response.json()
+    bad = body(serving={"precision": {"models": {"Llama 3.1 70B": {"kv": "fp2"}}}})
+    response = api.post("/api/v1/scenarios/", bad, format="json")
+    assert "serving.precision.models.Llama 3.1 70B.kv" in response.json()["errors"]
+
+
+def test_the_vision_and_mixed_precision_example_plans(catalog):
+    import io as _io
+
+    from django.core.management import call_command
+
+    out = _io.StringIO()
+    path = ROOT / "examples" / "vision-mixed-precision.json"
+    call_command("plan", str(path), "--json", "--no-tails", stdout=out)
+    result = json.loads(out.getvalue())
+    best = result["rows"][0]
+    assert best["meets_slo"], best
+    steps = {s["name"]: s for s in best["derivation"]["steps"]}
+    assert steps["tokens_per_image"]["value"] == 280  # Gemma 4's vision_soft_tokens_per_image
+    assert steps["prompt_tokens_with_images"]["value"] == 800 + 2 * 280
+    assert "P_e * b_e" in steps["weights_bytes_total"]["formula"]

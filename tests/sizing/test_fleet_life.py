@@ -21,15 +21,20 @@ def _formula_steps_evaluate(steps):
 
 # ------------------------------------------------------------------ cold start
 def test_cold_start_chain_70b_tp8_from_nvme():
-    # given 141.12 GB over 8 GPUs (17.64 GB each) from NVMe at 7 GB/s, a 10 GB image at 0.5 GB/s
+    # given 141.12 GB over 8 GPUs (17.64 GB each) from NVMe at 6.5 GB/s, a 12 GB image at
+    # 0.5 GB/s (the defaults)
     inputs = coldstart.from_block({"weights_source": "nvme"})
     # when
     result, steps = coldstart.cold_start(inputs, 17.64, 8)
-    # then every link is its own number: 20 s pull, 17.64 * 8 / 7 = 20.16 s load, 30 + 10 + 2
-    assert result.image_pull_s == pytest.approx(20.0)
-    assert result.weight_load_s == pytest.approx(20.16)
-    assert result.cold_start_s == pytest.approx(82.16)
-    assert "141.1 GB over 8 GPUs from nvme at 7 GB/s" in steps[1].note
+    # then every link is its own number: 24 s pull, 17.64 * 8 / 6.5 = 21.711 s load,
+    # 30 + 17 + 2 s init, graphs, warm-up
+    assert result.image_pull_s == pytest.approx(24.0)
+    assert result.weight_load_s == pytest.approx(17.64 * 8 / 6.5)
+    assert result.cold_start_s == pytest.approx(24 + 21.7108 + 49, abs=1e-4)
+    assert "141.1 GB over 8 GPUs from nvme at 6.5 GB/s" in steps[1].note
+    # the total's note lists each default with its source
+    assert "image_gb = 12 GB" in steps[-1].note and "issues/27154" in steps[-1].note
+    assert "weights_gb_s = 6.5 GB/s" in steps[-1].note and "PM9A3" in steps[-1].note
     assert "weights_gb_s" in inputs.defaults and "weights_source" not in inputs.defaults
     _formula_steps_evaluate(steps)
 
@@ -41,7 +46,7 @@ def test_cold_start_cached_image_and_per_gpu_source():
     # then no pull, 17.64 / 50 = 0.3528 s load
     assert result.image_pull_s == 0.0
     assert result.weight_load_s == pytest.approx(0.3528)
-    assert result.cold_start_s == pytest.approx(0.3528 + 5 + 10 + 2)
+    assert result.cold_start_s == pytest.approx(0.3528 + 5 + 17 + 2)
     _formula_steps_evaluate(steps)
 
 
@@ -174,9 +179,31 @@ def test_owned_gpu_hour_worked_number():
     assert node.capital_usd_per_hour == pytest.approx(250_000 * crf / 8760)
     assert node.node_kw == pytest.approx(10.2)
     assert node.power_usd_per_hour == pytest.approx(10.2 * 1.58 * 0.08)
-    assert node.colo_usd_per_hour == pytest.approx(10.2 * 180 / 730)
-    assert node.usd_per_gpu_hour == pytest.approx(1.4546, abs=1e-4)
+    assert node.colo_usd_per_hour == pytest.approx(10.2 * 184.06 / 730)
+    # 7.1477 + 1.2893 + 2.5718 + 0.6849 = 11.6937 $/node-hour over 8 GPUs
+    assert node.usd_per_gpu_hour == pytest.approx(1.4617, abs=1e-4)
+    # the step that says "default" names each default's figure and source
+    note = steps[-1].note
+    assert "capex_usd_per_node" not in note
+    for name in ("pue", "usd_per_kwh", "colo_usd_per_kw_month", "ops_usd_per_node_month"):
+        assert f"{name} = " in note
+    assert "Uptime Institute" in note and "CBRE" in note and "assumption" in note
     _formula_steps_evaluate(steps)
+
+
+def test_every_default_carries_its_source():
+    # given no block at all: every field is a default, and every default names its source
+    for module in (coldstart, autoscale, ownership):
+        inputs = module.from_block(None)
+        sources = module.default_sources(inputs)
+        assert set(sources) == set(module.FIELDS) - {"weights_gb_s"} | (
+            {"weights_gb_s"} if module is coldstart else set()
+        )
+        for name, text in sources.items():
+            # a URL or a named document, or it says it is ours
+            assert any(w in text for w in ("http", "assumption", "design choice", "derived")), name
+    for source, text in coldstart.WEIGHTS_GB_S_SOURCES.items():
+        assert f"{coldstart.WEIGHTS_GB_S[source]:g} GB/s" in text
 
 
 def test_tco_breakeven_and_months():
@@ -222,3 +249,55 @@ def test_usd_per_mtok_curve_falls_with_utilization():
     assert curve["rent"][1] == pytest.approx(2 * curve["rent"][2])
     assert curve["own"][2] == pytest.approx(12 / 3600 / 2000 * 1e6)
     assert math.isfinite(curve["own"][0])
+
+
+# ------------------------------------------------------------------ fixed fleet, warm pool
+def _burst_policy(typed_warm=3, **autoscaling):
+    from sizing.fleet import BurstWarmPool
+    from sizing.specs import Policy
+
+    burst = BurstWarmPool(coldstart.from_block(None), autoscale.from_block(autoscaling))
+    return Policy(
+        target_utilization=0.7,
+        spare_replicas=1,
+        burst_factor=1.2,
+        warm_pool_replicas=typed_warm,
+        burst_warm_pool=burst,
+    )
+
+
+def test_fixed_fleet_warm_pool_is_sized_from_the_burst():
+    from sizing.fleet import breakeven, size_fleet
+    from sizing.specs import ApiPrice
+
+    # given peak 20 req/s x 1.2 burst, X = 1.5 req/s, TP2 at $2.50/GPU-hour, 17.64 GB per GPU
+    # from NVMe: cold start 24 + 17.64 * 2 / 6.5 + 49 = 78.43 s; the default ramp
+    # 20 * 0.2 / 60 = 0.0667 req/s per s -> warm = ceil(0.0667 * 78.43 / 1.5) = ceil(3.49) = 4
+    traffic = Traffic(peak_rps=20.0, mean_rps=10.0, prompt_tokens_mean=1000, output_tokens_mean=300)
+    policy = _burst_policy(typed_warm=3)
+    fleet = size_fleet([1.5], 10.0, traffic, policy, 2, 2.5, True, [17.64])
+    # then the warm pool is the burst's 4, not the typed 3: 23 serving + 1 spare + 4 = 28
+    assert fleet.warm.from_burst and fleet.warm.replicas[0] == 4
+    assert fleet.warm.cold_start_s[0] == pytest.approx(24 + 17.64 * 2 / 6.5 + 49)
+    assert fleet.serving[0] == 23 and fleet.replicas[0] == 28
+    assert fleet.usd_per_month[0] == pytest.approx(28 * 2 * 2.5 * 730)  # $102,200
+    steps = fleet.steps(0)
+    (warm,) = [s for s in steps if s.name == "warm_pool_replicas"]
+    assert warm.value == 4 and "typed warm pool of 3 is not used" in warm.note
+    _formula_steps_evaluate(steps)
+    # the break-even's fixed replicas are the same spares + warm pool (one answer)
+    _, bev_steps = breakeven(fleet, 0, ApiPrice(0.5, 1.5))
+    (crossing,) = [s for s in bev_steps if s.name == "crossing_tokens_per_month"]
+    assert {i.name: i.value for i in crossing.inputs}["s (spare + warm)"] == 5
+
+
+def test_no_burst_keeps_the_typed_warm_pool():
+    from sizing.fleet import size_fleet
+
+    traffic = Traffic(peak_rps=20.0, mean_rps=10.0, prompt_tokens_mean=1000, output_tokens_mean=300)
+    # a ramp of 0 states no burst (and a burst factor of 1 derives none)
+    policy = _burst_policy(typed_warm=3, burst_ramp_rps_per_s=0.0)
+    fleet = size_fleet([1.5], 10.0, traffic, policy, 2, 2.5, True, [17.64])
+    assert not fleet.warm.from_burst and fleet.warm.replicas[0] == 3
+    assert fleet.replicas[0] == 23 + 1 + 3
+    assert not [s for s in fleet.steps(0) if s.name == "warm_pool_replicas"]

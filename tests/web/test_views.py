@@ -191,6 +191,9 @@ FORM_ERRORS = [
     ("cold_start", "registry_gb_s = -1", "registry_gb_s: must be at least 0.01"),
     ("cold_start", "weights_source", "write key = value"),
     ("autoscaling", "spot_share = 2", "spot_share: must be at most 1"),
+    ("autoscaling", "spot_share = -0.1", "spot_share: must be at least 0"),
+    ("cold_start", "weights_gb_s = -3", "weights_gb_s: must be at least 0.01"),
+    ("ownership", "usd_per_kwh = -1", "usd_per_kwh: must be at least 0"),
     ("hourly_rps", ", ".join(["5"] * 24), "average 5 requests/s but mean_rps is 10"),
 ]
 
