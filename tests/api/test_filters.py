@@ -44,7 +44,7 @@ def test_filters_on_sqlite(tmp_path):
         "REQUIRE_SERVICES": "",  # the sub-run is SQLite on purpose (CI sets it to 1)
     }
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", __file__],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", __file__],
         cwd=ROOT,
         env=env,
         capture_output=True,
