@@ -29,11 +29,29 @@ from sizing.specs import (
 SNAPSHOT_VERSION = 1
 
 
+#: Field annotations whose values are stored as floats (see ``to_json``).
+_FLOAT_TYPES = {"float", "float | None"}
+
+
 def to_json(obj) -> dict:
-    """The dataclass as JSON, without the fields marked ``metadata={"snapshot": False}``."""
+    """The dataclass as JSON, without the fields marked ``metadata={"snapshot": False}``.
+
+    A field declared ``float`` is written as a float even when it was given as an int: a
+    scenario just created holds ``1000`` where the same scenario read back from the database
+    holds ``1000.0``, and the snapshot (hence the simulation's cache key and seed) must not
+    depend on which of the two a door started from."""
     data = asdict(obj)
-    skip = {f.name for f in fields(obj) if f.metadata.get("snapshot") is False}
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items() if k not in skip}
+    out = {}
+    for f in fields(obj):
+        if f.metadata.get("snapshot") is False:
+            continue
+        value = data[f.name]
+        if f.type in _FLOAT_TYPES and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        elif f.type == "tuple[float, ...]" and value:
+            value = tuple(float(v) for v in value)
+        out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out
 
 
 def _build(cls, data: dict[str, Any]):

@@ -211,3 +211,25 @@ def test_every_door_shows_the_same_row(catalog, client):
         assert line["latency_source"] == match["latency_source"]
         if match["usd_per_month"] is not None:
             assert float(line["usd_per_month"]) == round(match["usd_per_month"], 2)  # cents
+
+
+@pytest.mark.django_db
+def test_a_scenario_just_created_and_read_back_snapshots_identically(catalog):
+    # given a scenario created from whole numbers (1000-token prompts, a 2000 ms TTFT, a burst)
+    from planner.models import Scenario
+
+    scenario = make_scenario(autoscaling={"burst_ramp_rps_per_s": 0.5})
+    # when its snapshot is taken from the object just saved and from the row read back
+    fresh = build_inputs_snapshot(scenario, None)
+    stored = build_inputs_snapshot(Scenario.objects.get(pk=scenario.pk), None)
+    # then their JSON is the same text (1000 against 1000.0 would give another cache key and
+    # so another seed), and so is every candidate's simulation cache key
+    import json
+
+    from planner.tails import cache_key
+
+    assert json.dumps(fresh, sort_keys=True, default=str) == json.dumps(
+        stored, sort_keys=True, default=str
+    )
+    n = len(fresh["candidates"])
+    assert [cache_key(fresh, i) for i in range(n)] == [cache_key(stored, i) for i in range(n)]
