@@ -337,6 +337,9 @@ def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
     embedding_text = (row.get("embedding_precision") or "").strip()
     embedding = _precision(embedding_text, "embedding_precision") if embedding_text else ""
     images, per_image = _images(row, model)
+    if disagg is not None and (embedding or images):  # the pools do not model them yet
+        field = "embedding_precision" if embedding else "images_per_request"
+        raise RowError(f"{field} is not modelled for mode=disagg rows yet; leave it blank")
     if disagg is not None:  # num_gpus, tp, pp, ep may be blank: the pools say it
         d = disagg.decode
         layout = (disagg.gpus, d.tp, d.pp, d.ep)

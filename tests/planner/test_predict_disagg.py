@@ -114,3 +114,20 @@ def test_a_pool_whose_ep_does_not_divide_the_experts_is_refused(catalog, tmp_pat
     (row,) = predict(tmp_path, body)
     assert row["fits"] == "false"
     assert row["reason"].startswith("decode_ep: EP 48 does not divide"), row["reason"]
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("embedding_precision", "fp8"), ("images_per_request,tokens_per_image", "2,196")],
+)
+def test_columns_the_pools_do_not_model_are_refused_not_ignored(catalog, tmp_path, column, value):
+    # given a disagg row that also sets a column only the aggregated model reads
+    header = HEADER.rstrip("\n") + f",{column}\n"
+    body = "Llama-3.1-70B,H100,,,,,bf16,,1024,128,8,vllm,disagg,1,4,1,1,1,1,4,1,1,1," + value
+    body += "\nLlama-3.1-70B,H100,,,,,bf16,,1024,128,8,vllm,disagg,1,4,1,1,1,1,4,1,1,1"
+    body += "," * (column.count(",") + 1) + "\n"
+    # when predicted, then that row is refused naming the column and the blank one is sized
+    rows = predict(tmp_path, body, header)
+    named = column.split(",")[0]
+    assert rows[0]["fits"] == "false" and named in rows[0]["reason"], rows[0]["reason"]
+    assert rows[1]["fits"] == "true"
