@@ -192,13 +192,18 @@ def closed_loop(
         scan |= _past_the_peak(c, fit, isl, osl, admitted, ~blank & fit.fits & (admitted > 1))
     rows = np.flatnonzero(scan)
     if len(rows):
-        sub_fit = MemoryFit(**{k: np.asarray(v)[rows] for k, v in vars(fit).items()})
+        sub_fit = _take_fit(fit, rows)
         best[rows] = max_throughput_batch(
             c.take(rows), sub_fit, isl[rows], osl[rows], admitted[rows], waves=~blank[rows]
         )
     offered = np.where(blank, best, conc)
     op = _operating_point(c, fit, isl, osl, offered, np.where(scan, best, b_max), waves=~blank)
     return replace(op, batch_max=b_max)
+
+
+def _take_fit(fit: MemoryFit, rows: np.ndarray) -> MemoryFit:
+    """The memory fit of ``rows`` only (the rows a scan works on)."""
+    return MemoryFit(**{k: np.asarray(v)[rows] for k, v in vars(fit).items()})
 
 
 #: A fixed-concurrency row is searched for its envelope only where 5 % fewer sequences run
@@ -222,7 +227,7 @@ def _past_the_peak(
     if len(rows) == 0:
         return past
     sub = c.take(rows)
-    sub_fit = MemoryFit(**{k: np.asarray(v)[rows] for k, v in vars(fit).items()})
+    sub_fit = _take_fit(fit, rows)
     at = admitted[rows]
     fewer = np.maximum(np.floor(at * PEAK_CHECK_FRACTION), 1.0)
     args = (sub, sub_fit, isl[rows], osl[rows])
@@ -264,7 +269,7 @@ def max_throughput_batch(
         return best_b
     fractions = np.asarray(MAX_THROUGHPUT_FRACTIONS)
     sub = c.take(inner)
-    sub_fit = MemoryFit(**{name: np.asarray(v)[inner] for name, v in vars(fit).items()})
+    sub_fit = _take_fit(fit, inner)
     args = (sub, sub_fit, isl[inner], osl[inner])
     b, x = best_b[inner], np.choose(k, rates)[inner]
     t = top[inner]
