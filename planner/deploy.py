@@ -365,6 +365,15 @@ def deploy_yaml(run: SizingRun, gpu: str, autoscaler: str = "") -> str:
         raise DeployError("autoscaler", f"one of {', '.join(AUTOSCALERS)}, got {autoscaler!r}")
     policy = entry["autoscaling"]
     result = run.results.get(candidate_key=entry["recommended"])
+    if result.mode == "disagg":  # two pools, a KV connector and a router: not generated yet
+        raise DeployError(
+            "gpu",
+            f"the recommendation on {entry.get('gpu_name', gpu)} is a disaggregated deployment "
+            f"({result.prefill_workers} prefill + {result.decode_workers} decode workers); "
+            "manifests are generated for aggregated replicas only: deploy it with your "
+            "engine's prefill/decode tooling (NVIDIA Dynamo, llm-d), or set "
+            "serving.disaggregation to false for an aggregated recommendation",
+        )
     model_slug = next(
         (c["model"] for c in run.inputs["candidates"] if c["key"] == result.candidate_key), ""
     )

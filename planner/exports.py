@@ -215,6 +215,14 @@ COLUMN_SPECS: list[Column] = [
     Column("pp", _attr("pp"), "int"),
     Column("ep", _attr("ep"), "int"),
     Column("gpus_per_replica", _attr("gpus_per_replica"), "int"),
+    # disaggregated rows (mode disagg): each pool's workers and layout, and the KV transfer
+    Column("mode", _attr("mode")),
+    *[
+        Column(f"{pool}_{name}", _attr(f"{pool}_{name}"), "int")
+        for pool in ("prefill", "decode")
+        for name in ("workers", "tp", "pp", "ep", "dp", "gpus")
+    ],
+    Column("kv_transfer_ms", _attr("kv_transfer_ms"), "rate"),
     Column("fits", _attr("fits"), "bool"),
     Column("reason", _attr("reason")),
     Column("batch_sequences", _attr("batch"), "int"),

@@ -285,6 +285,28 @@ class CandidateResult(models.Model):
     )
     recommended = models.BooleanField(default=False)
     rank = models.PositiveIntegerField(null=True)
+    # disaggregated prefill/decode (sizing.disagg_plan): each pool's workers and layout; the
+    # row's tp/pp/ep are then the decode worker's, ``replicas`` counts both pools' workers
+    mode = models.CharField(
+        max_length=6,
+        default="agg",
+        help_text="agg (one engine runs prefill and decode) or disagg (separate pools).",
+    )
+    prefill_workers = models.PositiveIntegerField(null=True)
+    prefill_tp = models.PositiveIntegerField(null=True)
+    prefill_pp = models.PositiveIntegerField(null=True)
+    prefill_ep = models.PositiveIntegerField(null=True)
+    prefill_dp = models.PositiveIntegerField(null=True)
+    decode_workers = models.PositiveIntegerField(null=True)
+    decode_tp = models.PositiveIntegerField(null=True)
+    decode_pp = models.PositiveIntegerField(null=True)
+    decode_ep = models.PositiveIntegerField(null=True)
+    decode_dp = models.PositiveIntegerField(null=True)
+    prefill_gpus = models.PositiveBigIntegerField(null=True)
+    decode_gpus = models.PositiveBigIntegerField(null=True)
+    kv_transfer_ms = models.FloatField(
+        null=True, help_text="KV transfer one request's first token waits for (disagg rows)."
+    )
     derivation = models.JSONField(default=dict)
 
     class Meta:

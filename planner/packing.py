@@ -28,6 +28,8 @@ def node_fields(inputs: dict, values: dict) -> dict:
     """{nodes, gpus_per_node, ..., steps} for one row; ``nodes`` is None when it does not fit."""
     policy = inputs.get("policy") or {}
     spare_nodes = int(policy.get("spare_nodes") or 0)
+    if values.get("mode") == "disagg":
+        return _pool_node_fields(inputs, values, spare_nodes)
     gpus_per_node = snap.gpus_per_node(inputs, values["gpu_slug"], values["gpus_per_replica"])
     replicas = values.get("replicas") or 0
     serving = (values.get("derivation") or {}).get("serving_replicas")
@@ -39,4 +41,28 @@ def node_fields(inputs: dict, values: dict) -> dict:
         number = float(getattr(packing, name))
         out[name] = int(number) if math.isfinite(number) else None
     out["steps"] = [s.as_dict() for s in node_steps(packing)]
+    return out
+
+
+def _pool_node_fields(inputs: dict, values: dict, spare_nodes: int) -> dict:
+    """A disaggregated row: each pool packs into its own nodes (a worker never straddles the
+    pools), the row's nodes are their sum; the spare nodes are the policy's, per pool."""
+    pools = (values.get("derivation") or {}).get("pools") or {}
+    gpus_per_node = snap.gpus_per_node(inputs, values["gpu_slug"], values["gpus_per_replica"])
+    if not values.get("fits") or not pools:
+        return {"nodes": None, "gpus_per_node": gpus_per_node, "steps": []}
+    out = {name: 0 for name in NODE_FIELDS if name != "gpus_per_node"}
+    steps = []
+    for name in ("prefill", "decode"):
+        pool = pools[name]
+        per_worker = pool["tp"] * pool["pp"] * pool["dp"]
+        packing = pack_nodes(
+            pool["serving_workers"], pool["workers"], per_worker, gpus_per_node, spare_nodes
+        )
+        for field in out:
+            number = float(getattr(packing, field))
+            out[field] += int(number) if math.isfinite(number) else 0
+        steps += [{**s.as_dict(), "name": f"{s.name}_{name}"} for s in node_steps(packing)]
+    out["gpus_per_node"] = gpus_per_node
+    out["steps"] = steps
     return out

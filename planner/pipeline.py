@@ -120,6 +120,14 @@ def simulate(inputs: dict, candidate_index: int, row: dict, cache=None) -> dict:
     """The row re-sized on simulated tails (``cache``: get(key) / put(key, value) or None)."""
     key = tails.cache_key(inputs, candidate_index)
     found = cache.get(key) if cache is not None else None
+    if snap.is_disagg(inputs["candidates"][candidate_index]):
+        if found is None:
+            found = tails.disagg_search(inputs, candidate_index, row, key)
+            if cache is not None:
+                cache.put(key, found)
+        values = tails.disagg_simulated_row(inputs, candidate_index, found)
+        values["derivation"]["bound"] = row["derivation"].get("bound")
+        return values
     if found is None:
         analytic = row["derivation"].get("requests_per_s_per_replica") or 0.0
         mean_value = (row["derivation"].get("mean_value") or {}).get("requests_per_s_per_replica")

@@ -105,6 +105,7 @@ def row_values(row: PlanRow, inputs: dict, candidate_index: int) -> dict:
         "latency_statistic": row.latency_statistic,
         "profile": row.profile,
         "evaluated": True,
+        **pool_columns(row),
         "derivation": {
             "steps": [step.as_dict() for step in row.derivation],  # JSON-ready already
             "weights_gb_per_gpu": finite(row.weights_gb_per_gpu),
@@ -124,10 +125,11 @@ def row_values(row: PlanRow, inputs: dict, candidate_index: int) -> dict:
             },
             "latency_ms": clean_json(row.latency_ms),
             "band": clean_json(band_json(row.band)) if row.band else None,
+            "pools": clean_json(row.pools) if row.pools else None,
             "breakeven": _breakeven(row),
         },
     }
-    price, _ = snap.gpu_price(inputs, candidate["gpu"], row.tp * row.pp)
+    price, _ = snap.gpu_price(inputs, candidate["gpu"], candidate["tp"] * candidate["pp"])
     if not price > 0:  # no price, or no instance on the sheet holds this replica (NaN)
         _without_price(values, gpu_name, inputs)
     nodes = packing.node_fields(inputs, values)
@@ -137,16 +139,34 @@ def row_values(row: PlanRow, inputs: dict, candidate_index: int) -> dict:
     return values
 
 
+def pool_columns(row: PlanRow) -> dict:
+    """``mode`` and, on a disaggregated row, each pool's workers, layout and GPUs and the KV
+    transfer (``prefill_workers`` ... ``decode_dp``, ``prefill_gpus``, ``kv_transfer_ms``: the
+    names ``predict`` uses); None on aggregated rows."""
+    out: dict = {"mode": row.mode, "kv_transfer_ms": finite(row.kv_transfer_ms)}
+    for pool in ("prefill", "decode"):
+        layout = row.pools.get(pool) or {}
+        for name in ("workers", "tp", "pp", "ep", "dp", "gpus"):
+            out[f"{pool}_{name}"] = layout.get(name)
+    return out
+
+
 def size_candidates(inputs: dict, indices) -> list[dict]:
     """Run the core chain (analytic tails) on ``inputs["candidates"][indices]``; return
-    result field values, each with the optimistic bound that pruning uses."""
+    result field values, each with the optimistic bound that pruning uses. Disaggregated
+    candidates go through ``sizing.disagg_plan`` (the same headroom, cost and break-even)."""
     indices = list(indices)
     candidates = snap.candidates(inputs, indices)
     traffic, slo, policy = snap.traffic(inputs), snap.slo(inputs), snap.policy(inputs)
     by_label: dict[str, PlanRow] = {}
-    for slug, group in _by_model(inputs, indices, candidates).items():
+    split = [snap.is_disagg(inputs["candidates"][i]) for i in indices]
+    agg = [(i, c) for i, c, d in zip(indices, candidates, split, strict=True) if not d]
+    for slug, group in _by_model(inputs, *_unzip(agg)).items():
         result: Plan = plan(traffic, slo, policy, group, snap.api_price(inputs, slug))
         by_label.update((row.label, row) for row in result.rows)
+    disagg = [(i, c) for i, c, d in zip(indices, candidates, split, strict=True) if d]
+    for slug, group in _by_model(inputs, *_unzip(disagg)).items():
+        by_label.update((row.label, row) for row in disagg_rows(inputs, slug, group))
     rows = [by_label[candidate.label] for candidate in candidates]
     bounds = optimistic_bounds(rows, [k.gpu.usd_per_gpu_hour for k in candidates], traffic, policy)
     out = []
@@ -155,6 +175,25 @@ def size_candidates(inputs: dict, indices) -> list[dict]:
         values["derivation"]["bound"] = bound
         out.append(values)
     return out
+
+
+def _unzip(pairs: list[tuple[int, object]]) -> tuple[list[int], list]:
+    return [i for i, _ in pairs], [c for _, c in pairs]
+
+
+def disagg_rows(inputs: dict, model_slug: str, group: list, given=None) -> list[PlanRow]:
+    """The disaggregated candidates of one model through ``sizing.disagg_plan`` (``given``:
+    the tail stage's pool sizes, else the mean-value sizing)."""
+    from sizing.disagg_plan import plan_disagg
+
+    rows = {c["key"]: c for c in inputs["candidates"]}
+    scales = [snap.disagg_fit(inputs, rows[c.label]).wait_scale for c in group]
+    allowed = [rows[c.label].get("pool_tp_options") for c in group]
+    return plan_disagg(
+        group, snap.traffic(inputs), snap.slo(inputs), snap.policy(inputs),
+        snap.api_price(inputs, model_slug), given=given, prefill_wait_scale=scales,
+        allowed_tps=allowed,
+    )  # fmt: skip
 
 
 def _by_model(inputs: dict, indices: list[int], candidates: list) -> dict[str, list]:
@@ -181,6 +220,7 @@ def optimistic_bounds(rows: list[PlanRow], prices, traffic, policy) -> list[dict
             max(r.requests_per_s_per_replica, r.mean_value_rps if r.fits else 0.0)
             * BOUND_MARGIN
             * (r.fits and (r.meets_slo or r.mean_value_rps > 0))
+            * (r.mode != "disagg")
             for r in rows
         ]
     )
@@ -192,6 +232,9 @@ def optimistic_bounds(rows: list[PlanRow], prices, traffic, policy) -> list[dict
     fleet = size_fleet(x, 0.0, traffic, policy, gpi, np.nan_to_num(price), x > 0, weights)
     out = []
     for i in range(len(rows)):
+        if rows[i].mode == "disagg":
+            out.append(disagg_bound(rows[i], price[i]))
+            continue
         if not x[i] > 0 or not math.isfinite(fleet.replicas[i]):
             out.append(None)
             continue
@@ -205,6 +248,21 @@ def optimistic_bounds(rows: list[PlanRow], prices, traffic, policy) -> list[dict
             }
         )
     return out
+
+
+def disagg_bound(row: PlanRow, usd_per_gpu_hour: float) -> dict | None:
+    """A disaggregated row's bound is its mean-value sizing: the tail stage only ever adds
+    workers to it (planner.disagg_tails), so no simulation of it costs less. None when it
+    cannot serve."""
+    if not row.fits or not row.gpus or not math.isfinite(row.usd_per_hour):
+        return None
+    return {
+        "capacity_rps": finite(row.requests_per_s_per_replica),
+        "margin": 1.0,
+        "replicas": int(row.replicas),
+        "gpus": int(row.gpus),
+        "usd_per_month": finite(row.usd_per_month) if usd_per_gpu_hour > 0 else None,
+    }
 
 
 def _without_price(values: dict, gpu_name: str, inputs: dict) -> None:

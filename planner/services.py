@@ -37,7 +37,12 @@ from pricing.models import ApiTokenPrice, PriceSheet
 from pricing.services import price_sheet_lock
 from sizing.breakeven import api_usd_per_token
 from sizing.engine_settings import SettingError, engine_overrides
-from sizing.serving import component_precisions, draft_model_name, serving_overrides
+from sizing.serving import (
+    component_precisions,
+    disaggregation_on,
+    draft_model_name,
+    serving_overrides,
+)
 from sizing.specs import (
     ApiPrice,
     EngineSettings,
@@ -499,7 +504,45 @@ def expand_candidates(scenario: Scenario, models, gpus) -> list[dict]:
                                 }
                                 | {k: v for k, v in mixed.items() if v}
                             )
+                if _disaggregates(scenario, mixed):
+                    rows.append(_disagg_candidate(scenario, model, gpu, precision, components))
     return rows
+
+
+def _disaggregates(scenario: Scenario, mixed: dict) -> bool:
+    """Whether the plan adds a disaggregated candidate: ``serving.disaggregation`` (default
+    true), and nothing the pools do not model yet (image input, LoRA adapters, a mixed
+    checkpoint's own expert or embedding precision, PP or EP options: sizing.disagg_plan
+    leaves them out). The scenario's TP options bound the pools' TP."""
+    serving = scenario.serving or {}
+    return (
+        disaggregation_on(serving)
+        and not (scenario.images_per_request or 0) > 0
+        and not serving.get("lora")
+        and not any(mixed.values())
+        # the pools run PP 1 and EP = TP: a scenario pinning other layouts gets none
+        and 1 in (scenario.pp_options or [1])
+        and not scenario.ep_options
+    )
+
+
+def _disagg_candidate(scenario, model, gpu, precision: str, components: dict) -> dict:
+    """One disaggregated candidate of a model x GPU x precision: its pools' TP layout is
+    searched when it is sized (sizing.disagg_plan). Its ``tp`` is the GPU's largest TP choice:
+    the replica size its GPU-hour price is quoted for (pools rent whole nodes)."""
+    tps = [t for t in (1, 2, 4, 8) if t <= gpu.scale_up_domain_gpus] or [1]
+    pinned = {"pool_tp_options": list(scenario.tp_options)} if scenario.tp_options else {}
+    return pinned | {
+        "key": f"{model.slug}|{gpu.slug}|{precision}|disagg",
+        "model": model.slug,
+        "gpu": gpu.slug,
+        "precision": precision,
+        "kv_precision": components.get("kv", ""),
+        "tp": min(max(tps), gpu.gpus_per_node or 1),
+        "pp": 1,
+        "ep": 1,
+        "mode": "disagg",
+    }
 
 
 def _precisions_by_model(by_name: dict, owner, index=None) -> dict[int, dict]:
@@ -649,6 +692,7 @@ def build_inputs_snapshot(
         "api_prices_by_model": {} if api else _api_prices_by_model(models, sheet, traffic),
         "engine": snap.to_json(_snapshot_engine(scenario, models)),
         "calibrations": _calibrations(scenario, gpus),
+        "disagg_fits": _disagg_fits(scenario, gpus, candidates),
         "models": {m.slug: snap.to_json(model_spec(m)) for m in models},
         "gpus": {g.slug: _gpu_json(g, quotes[g.slug]) for g in gpus},
         "gpu_names": {g.slug: g.name for g in gpus},
@@ -716,6 +760,25 @@ def _calibrations(scenario: Scenario, gpus) -> dict:
         for precision in scenario.precisions or []:
             calibration, label = select(gpu.slug, scenario.engine, precision)
             out[f"{gpu.slug}|{precision}"] = snap.to_json(calibration) | {"name": label}
+    return out
+
+
+def _disagg_fits(scenario: Scenario, gpus, candidates: list[dict]) -> dict:
+    """Per GPU with a disaggregated candidate: the disaggregated constants its engine's fit
+    gives (``sizing.disagg.fit_for``: the GPU x engine fit, else the engine's, else the
+    prior), applied over the GPU's profile when the candidate is built (planner.snapshot)."""
+    from fleets.calibration import disagg_fits
+    from sizing.disagg import fit_for
+
+    wanted = {c["gpu"] for c in candidates if c.get("mode") == "disagg"}
+    if not wanted:
+        return {}
+    fits = disagg_fits()
+    out = {}
+    for gpu in gpus:
+        if gpu.slug in wanted:
+            fit = fit_for(fits, scenario.engine, gpu.name)
+            out[gpu.slug] = {"engine": fit.engine, "values": fit.values, "points": fit.points}
     return out
 
 

@@ -139,6 +139,11 @@ def candidates(snapshot: dict, indices: range | list[int] | None = None) -> list
         if quote is None and "price_source" in snapshot["gpus"][row["gpu"]]:
             usd = math.nan  # no instance on the sheet holds this replica: cost unknown, not $0
         gpu = gpus[row["gpu"]]
+        calibration = calibrations.get(
+            f"{row['gpu']}|{row['precision']}", calibrations.get(row["gpu"], Calibration())
+        )
+        if is_disagg(row):
+            calibration = disagg_fit(snapshot, row).calibrate(calibration)
         out.append(
             Candidate(
                 model=models[row["model"]],
@@ -149,10 +154,24 @@ def candidates(snapshot: dict, indices: range | list[int] | None = None) -> list
                 embedding_precision=row.get("embedding_precision") or None,
                 parallelism=Parallelism(tp=row["tp"], pp=row["pp"], ep=row["ep"]),
                 engine=engine,
-                calibration=calibrations.get(
-                    f"{row['gpu']}|{row['precision']}", calibrations.get(row["gpu"], Calibration())
-                ),
+                calibration=calibration,
                 label=row["key"],
             )
         )
     return out
+
+
+def is_disagg(row: dict) -> bool:
+    """A disaggregated prefill/decode candidate (``mode`` "disagg"; sizing.disagg_plan)."""
+    return row.get("mode") == "disagg"
+
+
+def disagg_fit(snapshot: dict, row: dict):
+    """The disaggregated constants a candidate's GPU uses (``sizing.disagg.DisaggFit``), as
+    stored in the snapshot; the prior when the snapshot has none for it."""
+    from sizing.disagg import UNFITTED, DisaggFit
+
+    stored = (snapshot.get("disagg_fits") or {}).get(row["gpu"])
+    if not stored:
+        return UNFITTED
+    return DisaggFit(stored["engine"], dict(stored["values"]), int(stored.get("points", 0)))

@@ -63,6 +63,11 @@ def cache_key(inputs: dict, candidate_index: int) -> str:
         "policy": inputs["policy"],
     }
     payload["model"]["name"] = None  # an imported copy of a catalog model is the same model
+    if snap.is_disagg(inputs["candidates"][candidate_index]):  # (aggregated keys unchanged)
+        payload["mode"] = "disagg"
+        payload["disagg_fit"] = dataclasses.asdict(
+            snap.disagg_fit(inputs, inputs["candidates"][candidate_index])
+        )
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -269,3 +274,58 @@ def _steps(inputs: dict, found: dict) -> list:
         )
     )
     return steps
+
+
+# ---------------------------------------------------------------------------- disaggregated
+def disagg_search(inputs: dict, candidate_index: int, row: dict, key: str) -> dict:
+    """The two-pool simulation of a disaggregated row (``sizing.disagg_plan.simulate_pools``)
+    from its mean-value pools, as plain JSON (what the cache stores)."""
+    from sizing.disagg_plan import simulate_pools
+
+    [core] = snap.candidates(inputs, [candidate_index])
+    pools = (row.get("derivation") or {}).get("pools") or {}
+    if not pools:
+        raise ValueError("the row has no pools to simulate")
+    traffic, slo, policy = snap.traffic(inputs), snap.slo(inputs), snap.policy(inputs)
+    warmup = int(SIM_REQUESTS * WARMUP_SHARE)
+    given, probes = simulate_pools(
+        core, pools["prefill"]["tp"], pools["decode"]["tp"],
+        pools["prefill"]["serving_workers"], pools["decode"]["serving_workers"],
+        traffic, slo, policy, SIM_REQUESTS, warmup, seed_for(key),
+    )  # fmt: skip
+    return {
+        "key": key,
+        "mode": "disagg",
+        "given": dataclasses.asdict(given),
+        "probes": [dataclasses.asdict(p) for p in probes],
+        "simulations": len(probes),
+        "requests_per_simulation": SIM_REQUESTS,
+        "warmup_requests": warmup,
+        "seed": seed_for(key),
+        "meets_slo": given.meets_slo,
+    }
+
+
+def disagg_simulated_row(inputs: dict, candidate_index: int, found: dict) -> dict:
+    """The disaggregated row re-entering the chain at the headroom stage with the pools the
+    simulation found (``runner.disagg_rows`` with ``given``)."""
+    from sizing.derivation import Step
+    from sizing.derivation import q as quantity
+    from sizing.disagg_plan import PoolsGiven
+
+    stored = dict(found["given"])
+    stored["steps"] = tuple(
+        Step(s["name"], s["formula"], tuple(quantity(i["name"], i["value"], i["unit"])
+                                            for i in s["inputs"]),
+             s["value"], s["unit"], s.get("note", ""), s["kind"])
+        for s in stored.get("steps") or ()
+    )  # fmt: skip
+    given = PoolsGiven(**stored)
+    [core] = snap.candidates(inputs, [candidate_index])
+    model = inputs["candidates"][candidate_index]["model"]
+    [row] = runner.disagg_rows(inputs, model, [core], given=[given])
+    values = runner.row_values(row, inputs, candidate_index)
+    values["derivation"]["simulated"] = runner.clean_json(
+        {k: v for k, v in found.items() if k not in ("key", "given")}
+    )
+    return values

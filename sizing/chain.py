@@ -809,6 +809,12 @@ class PlanRow:
     warm_pool_replicas: int = 0
     #: the prefix-cache hit rate the row was sized at (the routing policy's when it has one)
     prefix_hit_rate: float = 0.0
+    #: "agg" (one engine runs both phases) or "disagg" (sizing.disagg_plan: separate pools)
+    mode: str = "agg"
+    #: disaggregated rows: per pool ("prefill", "decode") tp, pp, ep, dp, workers, gpus
+    pools: dict = field(default_factory=dict)
+    #: disaggregated rows: the KV transfer one request's first token waits for (ms)
+    kv_transfer_ms: float = math.nan
 
 
 @dataclass(frozen=True)

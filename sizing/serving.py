@@ -7,6 +7,9 @@ shell resolves it) or ``head_params`` (the EAGLE/MTP head's size), ``tokens`` (k
 ``serving.distinct_prefixes`` (tenants, system prompts, conversations).
 ``serving.lora``: ``adapters``, ``rank``, ``target_modules``, ``active_per_batch``,
 ``resident_slots``.
+``serving.disaggregation``: true (the default) adds one disaggregated prefill/decode candidate
+per model x GPU x precision beside the aggregated ones (sizing.disagg_plan); false leaves them
+out (``disaggregation_on``).
 ``serving.precision``: per-component precision of a mixed checkpoint, ``experts`` (the routed
 experts), ``attention`` (attention and dense weights: the candidates' weight precision),
 ``kv`` (the cache) and ``embeddings`` (input embedding and LM head); a component not given
@@ -25,7 +28,14 @@ from sizing.specs import LORA_MODULES, ModelSpec, canonical_precision
 
 SPEC_METHODS = ("draft", "eagle", "mtp")
 ROUTING_POLICIES = ("random", "least_loaded", "prefix_affinity")
-SERVING_FIELDS = ("speculative", "routing", "distinct_prefixes", "lora", "precision")
+SERVING_FIELDS = (
+    "speculative",
+    "routing",
+    "distinct_prefixes",
+    "lora",
+    "precision",
+    "disaggregation",
+)
 #: ``serving.precision`` components (gpt-oss: MXFP4 experts, bf16 attention and embeddings)
 PRECISION_COMPONENTS = ("experts", "attention", "kv", "embeddings")
 SPEC_FIELDS = (
@@ -209,4 +219,16 @@ def serving_overrides(
     if "lora" in block:
         out |= lora_overrides(block["lora"])
     component_precisions(block)  # checked here; the candidates carry them (not the engine)
+    disaggregation_on(block)  # likewise: it adds candidates, the engine does not change
     return out
+
+
+def disaggregation_on(block: Mapping | None) -> bool:
+    """``serving.disaggregation``: whether the plan adds disaggregated candidates (default
+    true; a JSON boolean, or "true"/"false" from a form)."""
+    value = (block or {}).get("disaggregation", True) if isinstance(block, Mapping) else True
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise SettingError("serving.disaggregation", f"must be true or false, got {value!r}")
+    return value

@@ -22,8 +22,26 @@ def run(catalog, user):
         mean_rps=12,
         burst_factor=1.3,
         cold_start={"weights_source": "nvme"},
+        serving={"disaggregation": False},  # manifests are for aggregated replicas
     )
     return services.sizing_run_start(scenario=scenario)
+
+
+def test_a_disaggregated_recommendation_is_refused_naming_the_gpu(api, catalog, user):
+    # given a run whose H100 answer is a disaggregated deployment (separate pools)
+    scenario = make_scenario(
+        owner=user, models=["Llama-3.1-70B-Instruct"], gpus=["H100"], precisions=["fp8"],
+        peak_rps=40, mean_rps=12,
+    )  # fmt: skip
+    run = services.sizing_run_start(scenario=scenario)
+    entry = run.summary["per_gpu"][0]
+    assert run.results.get(candidate_key=entry["recommended"]).mode == "disagg"
+    # when its manifests are asked for
+    response = api.get(f"/api/v1/runs/{run.pk}/deploy/", {"gpu": "h100_sxm"})
+    # then the request is refused naming the parameter and saying what to do instead
+    assert response.status_code == 400
+    assert "gpu" in response.json()["errors"]
+    assert "disaggregation" in str(response.json()["errors"]["gpu"])
 
 
 BAD = [

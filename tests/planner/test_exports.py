@@ -73,12 +73,18 @@ def test_xlsx_has_inputs_summary_results_with_formats(finished):
         assert month.number_format == exports.USD and round(month.value, 2) == month.value
         assert row[col["price_source"]].value
     # nodes: replicas packed into the priced instance, policy.spare_nodes = 0
+    # (a disaggregated row packs each pool into nodes of its own)
     for row in rows:
         if row[col["fits"]].value and row[col["replicas"]].value:
-            per_node = row[col["gpus_per_node"]].value // row[col["gpus_per_replica"]].value
-            if per_node:
-                expected = -(-row[col["replicas"]].value // per_node)
-                assert row[col["nodes"]].value == expected
+            node = row[col["gpus_per_node"]].value
+            pools = [("", "replicas", "gpus_per_replica")]
+            if row[col["mode"]].value == "disagg":
+                pools = [(p, f"{p}_workers", f"{p}_tp") for p in ("prefill", "decode")]
+            expected = sum(
+                -(-row[col[workers]].value // (node // row[col[per_worker]].value))
+                for _, workers, per_worker in pools
+            )
+            assert row[col["nodes"]].value == expected
     h100 = next(r for r in priced if r[col["gpu_slug"]].value == "h100_sxm")
     assert h100[col["usd_per_gpu_hour"]].value == 2.5
     assert h100[col["price_source"]].value.startswith("custom $2.5/GPU-h")

@@ -174,7 +174,8 @@ def test_an_identical_imported_config_gets_the_same_numbers(catalog):
     # then each layout of the copy sizes exactly as the original's
     by_layout: dict[tuple, list] = {}
     for row in rows.values():
-        by_layout.setdefault((row["tp"], row["pp"], row["ep"]), []).append(_values(row))
+        layout = (row["mode"], row["tp"], row["pp"], row["ep"])
+        by_layout.setdefault(layout, []).append(_values(row))
     assert by_layout
     for pair in by_layout.values():
         a, b = ({k: v for k, v in values.items() if k != "reason"} for values in pair)
@@ -206,7 +207,11 @@ def test_every_door_shows_the_same_row(catalog, client):
             r for r in api_rows.values()
             if r["model_name"] == line["model"] and r["gpu_name"] == line["gpu"]
             and r["precision"] == line["weight_precision"] and str(r["tp"]) == line["tp"]
+            and r["mode"] == line["mode"]
         )  # fmt: skip
+        if match["mode"] == "disagg":  # the pools' layout and transfer travel with the row
+            assert line["prefill_workers"] == str(match["prefill_workers"] or "")
+            assert line["decode_tp"] == str(match["decode_tp"] or "")
         assert line["profile"] == match["profile"]
         assert line["latency_source"] == match["latency_source"]
         if match["usd_per_month"] is not None:
