@@ -314,7 +314,35 @@ def _cell(
         "gpu": gpu,
         "gpu_name": gpu_name,
         **recommendation(row, inputs),
-        "disaggregation": disagg.get(row["candidate_key"]),
+        "disaggregation": disagg.get(row["candidate_key"]) or _ranked_disagg(row, rows),
+    }
+
+
+def _ranked_disagg(row: dict, rows: list[dict]) -> dict | None:
+    """A cell whose answer is itself a disaggregated row: its pools against the cell's
+    cheapest aggregated row that was sized the same way (simulated when the answer was,
+    meeting the SLO), both the rows' own numbers (not the mean-value comparison)."""
+    if row.get("mode") != "disagg":
+        return None
+    pools = (row.get("derivation") or {}).get("pools") or {}
+    same = [r for r in rows if r.get("mode") != "disagg" and r["gpu_slug"] == row["gpu_slug"]
+            and r["meets_slo"] and is_simulated(r) == is_simulated(row)]  # fmt: skip
+    agg = min(same, key=_metric, default=None)
+    usd, agg_usd = row.get("usd_per_month"), (agg or {}).get("usd_per_month")
+    saving = agg_usd - usd if usd is not None and agg_usd is not None else None
+    return {
+        "ranked": True,
+        "cheaper": agg is None or (saving is not None and saving > 0),
+        "disagg_usd_per_month": usd,
+        "agg_usd_per_month": agg_usd,
+        "agg_candidate": (agg or {}).get("candidate_key"),
+        "saving_usd_per_month": saving,
+        "prefill": {k: v for k, v in (pools.get("prefill") or {}).items()},
+        "decode": {k: v for k, v in (pools.get("decode") or {}).items()},
+        "prefill_gpus": row.get("prefill_gpus"),
+        "decode_gpus": row.get("decode_gpus"),
+        "kv_transfer_ms": row.get("kv_transfer_ms"),
+        "latency_source": row.get("latency_source"),
     }
 
 
@@ -328,7 +356,9 @@ def disaggregations(inputs: dict, rows: list[dict]) -> dict[str, dict | None]:
 
     keys = [c.get("key") for c in inputs.get("candidates") or []]
     out: dict[str, dict | None] = {r.get("candidate_key"): None for r in rows}
-    wanted = [r["candidate_key"] for r in rows if r.get("candidate_key") in keys]
+    # an answer that is itself disaggregated is compared with ranked rows (``_ranked_disagg``)
+    wanted = [r["candidate_key"] for r in rows
+              if r.get("candidate_key") in keys and r.get("mode") != "disagg"]  # fmt: skip
     if not wanted:
         return out
     cands = snap.candidates(inputs, [keys.index(k) for k in wanted])
@@ -435,6 +465,10 @@ def recommendation(row: dict, inputs: dict) -> dict:
         "price_source": price_source,
         "nodes": row.get("nodes"),
         "gpus_per_node": row.get("gpus_per_node"),
+        # disaggregated (separate prefill and decode pools) or aggregated, and the pools
+        "mode": row.get("mode") or "agg",
+        "pools": derivation.get("pools"),
+        "kv_transfer_ms": row.get("kv_transfer_ms"),
         **_api_fields(row, inputs, derivation.get("breakeven")),
     }
 

@@ -53,6 +53,7 @@ from sizing.chain import (
 from sizing.derivation import Step, q, staged, step
 from sizing.disagg import (
     POOL_TP_OPTIONS,
+    STAGE_TRANSFER,
     PoolSizing,
     decode_tpot_s,
     size_pools,
@@ -346,6 +347,87 @@ def _latency(sized: PoolSizing, k: int, fleets: dict, c: Candidate) -> tuple[dic
     return table, steps
 
 
+class _Percentile:
+    """The analytic TTFT at the SLO percentile of a disaggregated row: the M/D/1 wait's
+    quantile (``tail_model.mg1_wait_tail``, service = one full prefill step, times the fitted
+    wait scale) plus the prefill and the transfer of the percentile prompt (lognormal from the
+    traffic's mean and p95), the front end and the link wait. A sum of quantiles: it errs
+    high. TPOT's is its mean (a decode-only batch steps evenly; the simulator measures it)."""
+
+    def __init__(self, c: Candidate, sized: PoolSizing, k: int, traffic: Traffic, slo: Slo):
+        from sizing.steptime import prefill_time
+
+        self.sized, self.k, self.slo = sized, k, slo
+        self.q = float(slo.percentile) / 100.0
+        self.isl = float(sized.isl[k])
+        self.isl_q = _length_quantile(traffic.prompt_tokens_mean, traffic.prompt_tokens_p95,
+                                      self.q)  # fmt: skip
+        cp = worker_arrays(c, int(sized.gpus_per_worker_p[k]))
+        self.prefill_q_s = float(prefill_time(cp, np.array([self.isl_q])).prefill_s[0])
+        self.transfer_q_s = float(sized.transfer.exposed_s[k]) * self.isl_q / self.isl
+
+    def ttft_s(self, x_w: int, y_w: int) -> float:
+        from sizing.tail_model import mg1_wait_tail
+
+        s, k = self.sized, self.k
+        pre, wire = s.prefill, float(s.transfer.wire_s[k])
+        lam = float(s.rate_rps[k])
+        rho = lam * self.isl / (x_w * float(s.dp_p[k]) * float(pre.tokens_per_s_per_rank[k]))
+        if rho >= 1.0:
+            return math.inf
+        decay, weight = (float(v[0]) for v in mg1_wait_tail(np.array([rho]), 0.0))
+        tail = 1.0 - self.q
+        wait_q = float(pre.step_full_s[k]) / decay * math.log(weight / tail) if weight > tail \
+            else 0.0  # fmt: skip
+        link_u = min(lam / (y_w * float(s.dp_d[k])) * wire, 0.999)
+        link_wait = link_u / (2 * (1 - link_u)) * wire
+        return (float(pre.frontend_s[k]) + float(pre.wait_scale[k]) * wait_q + self.prefill_q_s
+                + self.transfer_q_s + link_wait)  # fmt: skip
+
+    def prefill_workers(self, x0: int, y_w: int) -> int:
+        """The fewest prefill workers from ``x0`` whose TTFT quantile meets the SLO (up to
+        ``4 x0 + 8``; ``x0`` when none does: the row then misses)."""
+        budget = self.slo.ttft_ms / 1e3
+        for x in range(max(x0, 1), 4 * max(x0, 1) + 9):
+            if self.ttft_s(x, y_w) <= budget:
+                return x
+        return x0
+
+    def step(self, x0: int, x: int, ttft_q_s: float) -> Step:
+        p = f"p{self.slo.percentile:g}"
+        return step(
+            f"prefill_workers_at_{p}",
+            f"fewest workers >= x0 with TTFT_{p} = frontend + wait_q + prefill(isl_q) + "
+            "transfer(isl_q) + link_wait <= TTFT_slo",
+            [
+                q("x0", x0, "prefill workers of the mean-value sizing"),
+                q("isl_q", self.isl_q, f"tokens ({p} prompt, lognormal from mean and p95)"),
+                q("prefill_isl_q", self.prefill_q_s, "s"),
+                q("transfer_isl_q", self.transfer_q_s, "s"),
+                q(f"TTFT_{p}", ttft_q_s * 1e3, "ms"),
+                q("TTFT_slo", self.slo.ttft_ms, "ms"),
+            ],
+            x,
+            "workers",
+            "wait_q: the M/D/1 waiting-time quantile (sizing.tail_model.mg1_wait_tail) in "
+            "full prefill steps, times the fitted wait scale",
+            kind="search",
+        )
+
+
+def _length_quantile(mean: float, p95: float | None, q: float) -> float:
+    """The ``q`` quantile of the lognormal with this mean and p95 (the mean when fixed)."""
+    from statistics import NormalDist
+
+    from sizing.simulate import lognormal_sigma
+
+    if p95 is None or p95 <= mean:
+        return float(mean)
+    sigma = lognormal_sigma(mean, p95)
+    mu = math.log(mean) - sigma * sigma / 2
+    return float(math.exp(mu + sigma * NormalDist().inv_cdf(q)))
+
+
 def _wait(pre, k: int, rho: float) -> float:
     r = min(rho, 0.999)
     return float(pre.wait_scale[k]) * r / (2.0 * (1.0 - r)) * float(pre.step_full_s[k])
@@ -383,9 +465,10 @@ def _row(
     meets_analytic = bool(sized.meets_slo[k])
     d: list[Step] = []
     d += staged(STAGE_LAYOUT, [_layout_step(c, sized, k)])
+    if not fits and g is None:  # a pool that cannot serve has no sizing to show, only why
+        return _unfit(c, _why(sized, k), d + staged(STAGE_TRANSFER, sized.transfer.steps(k)),
+                      sized, k)  # fmt: skip
     d += sized.steps(k)
-    if not fits and g is None:
-        return _unfit(c, _why(sized, k), d, sized, k)
     x_p, x_d = _pool_capacity(sized, k, u, lam, g)
     d += staged(STAGE_FLEET, _capacity_steps(sized, k, u, x_p, x_d, g))
     fleets = {
@@ -402,12 +485,30 @@ def _row(
         for name, x in (("prefill", x_p), ("decode", x_d))
     }
     latency, lat_steps = _latency(sized, k, fleets, c)
+    if g is None:  # the analytic percentile: grow the prefill pool until its TTFT tail fits
+        pct = _Percentile(c, sized, k, traffic, slo)
+        x0 = int(fleets["prefill"].serving[0])
+        x_req = pct.prefill_workers(x0, int(fleets["decode"].serving[0]))
+        if x_req > x0:
+            x_p = lam / (u * x_req)
+            fleets["prefill"] = size_fleet(np.array([x_p]), 0.0, traffic, policy,
+                                           gpus_w["prefill"], price, True,
+                                           _weights_gb_per_gpu(c, gpus_w["prefill"]))  # fmt: skip
+            latency, lat_steps = _latency(sized, k, fleets, c)
+        ttft_q = pct.ttft_s(int(fleets["prefill"].serving[0]), int(fleets["decode"].serving[0]))
+        lat_steps += [pct.step(x0, int(fleets["prefill"].serving[0]), ttft_q)]
+        key = f"p{slo.percentile:g}"
+        latency = {
+            "ttft": {**latency["ttft"], key: ttft_q * 1e3},
+            "tpot": {**latency["tpot"], key: latency["tpot"]["mean"]},
+        }
+        meets_analytic = meets_analytic and ttft_q * 1e3 <= slo.ttft_ms
     if g is not None:
         latency, meets, binding, source = g.latency_ms, g.meets_slo, g.binding, g.source
         statistic = f"p{slo.percentile:g}"
         d += staged(STAGE_LATENCY, list(g.steps))
     else:
-        meets, source, statistic = meets_analytic, "analytic", "mean"
+        meets, source, statistic = meets_analytic, "analytic", f"p{slo.percentile:g}"
         binding = _binding(sized, k)
         d += staged(STAGE_LATENCY, lat_steps)
     for name in POOLS:

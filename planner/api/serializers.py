@@ -154,6 +154,11 @@ class ServingSerializer(serializers.Serializer):
         required=False, help_text="tenants, system prompts or conversations sharing a prefix"
     )
     lora = LoraSerializer(required=False)
+    disaggregation = serializers.BooleanField(
+        required=False,
+        help_text="add a disaggregated prefill/decode candidate per model x GPU x precision "
+        "(default true)",
+    )
 
 
 class PricingSerializer(serializers.Serializer):

@@ -61,3 +61,43 @@ def test_the_run_page_shows_the_pools_in_each_cell(client, catalog):
     assert label in page and f"({d['prefill_gpus']}:{d['decode_gpus']} GPUs)" in page
     # the pools' own cost is shown beside the aggregated cost of the same (mean-value) method
     assert "aggregated, both mean-value" in page
+
+
+def test_disaggregated_candidates_are_ranked_rows_with_their_pools(client, catalog):
+    # given a run of one model on one GPU (its candidates include a disaggregated layout)
+    from tests.factories import UserFactory
+
+    owner = UserFactory(username="ranked")
+    run = sizing_run_start(scenario=make_scenario(owner, **SMALL, prompt_tokens_mean=4000,
+                                                  prompt_tokens_p95=6000))  # fmt: skip
+    assert run.status == "succeeded", run.error
+    client.force_login(owner)
+    rows = client.get(f"/api/v1/runs/{run.pk}/results/", {"limit": 1000}).json()["results"]
+    # then each API row says its mode; the disaggregated one carries its pools and transfer
+    [disagg] = [r for r in rows if r["mode"] == "disagg"]
+    assert {r["mode"] for r in rows} == {"agg", "disagg"}
+    assert disagg["fits"] and disagg["evaluated"]
+    for pool in ("prefill", "decode"):
+        per_worker = disagg[f"{pool}_tp"] * disagg[f"{pool}_pp"] * disagg[f"{pool}_dp"]
+        assert disagg[f"{pool}_gpus"] == disagg[f"{pool}_workers"] * per_worker
+    assert disagg["gpus"] == disagg["prefill_gpus"] + disagg["decode_gpus"]
+    assert disagg["replicas"] == disagg["prefill_workers"] + disagg["decode_workers"]
+    assert disagg["kv_transfer_ms"] > 0
+    for row in rows:
+        if row["mode"] == "agg":
+            assert row["prefill_workers"] is None and row["kv_transfer_ms"] is None
+    # and the summary's answer names its mode (and its pools when it is disaggregated)
+    [entry] = run.summary["per_gpu"]
+    assert entry["mode"] in {"agg", "disagg"}
+    if entry["mode"] == "disagg":
+        assert entry["pools"]["prefill"]["workers"] >= 1 and entry["kv_transfer_ms"] > 0
+        page = client.get(f"/runs/{run.pk}/").content.decode()
+        assert "disaggregated:" in page
+
+
+def test_serving_disaggregation_false_leaves_them_out(catalog):
+    scenario = make_scenario(**SMALL, serving={"disaggregation": False})
+    run = sizing_run_start(scenario=scenario)
+    assert run.status == "succeeded", run.error
+    assert not [c for c in run.inputs["candidates"] if c.get("mode") == "disagg"]
+    assert set(run.results.values_list("mode", flat=True)) == {"agg"}

@@ -85,6 +85,7 @@ BAD = [
                                   "draft_model": "Llama 3.1 405B"}}},
      "serving.speculative.draft_model"),
     ({"serving": {"lora": {"adapters": 300, "rank": 0}}}, "serving.lora.rank"),
+    ({"serving": {"disaggregation": "sometimes"}}, "serving.disaggregation"),
 ]  # fmt: skip
 
 

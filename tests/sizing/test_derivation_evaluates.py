@@ -61,3 +61,19 @@ def test_every_formula_step_evaluates_to_the_value_shown_for_every_catalog_model
     assert sum(r.fits for r in result.rows) > 20 and sum(not r.fits for r in result.rows) > 5
     formula_share = checked / sum(len(r.derivation) for r in result.rows)
     assert formula_share > 0.8, formula_share
+
+
+@pytest.mark.django_db
+def test_every_disaggregated_formula_step_evaluates_for_every_catalog_model(catalog):
+    # given every catalog model as a disaggregated candidate on an 8-GPU B200 node, fp8
+    from sizing.disagg_plan import plan_disagg
+
+    gpu = gpu_spec(GpuSku.objects.get(slug="b200"), 5.0)
+    candidates = [
+        Candidate(model_spec(row), gpu, "fp8") for row in ModelArchitecture.objects.order_by("slug")
+    ]
+    # when each is planned with separate prefill and decode pools
+    rows = plan_disagg(candidates, TRAFFIC, SLO, POLICY, API)
+    # then each formula step recomputes to its shown value from its shown inputs
+    checked = sum(check_steps(row.derivation) for row in rows)
+    assert sum(r.fits for r in rows) > 15 and checked > 30 * sum(r.fits for r in rows)

@@ -18,6 +18,7 @@ COLUMNS = [  # header, key, format
     ("model", "model_name", "{}"),
     ("prec", "precision", "{}"),
     ("TP", "tp", "{}"),
+    ("mode", "mode", "{}"),
     ("batch", "batch", "{}"),
     ("replicas", "replicas", "{}"),
     ("GPUs", "gpus", "{}"),
@@ -89,9 +90,16 @@ class Command(BaseCommand):
             if best is None:
                 write(f"  {entry['gpu_name']}: none — {entry['why_none']}")
                 continue
+            layout = f"TP{best['tp']} x {best['replicas']} replicas"
+            if best.get("mode") == "disagg":
+                layout = (
+                    f"disaggregated {best['prefill_workers']} prefill x TP{best['prefill_tp']} + "
+                    f"{best['decode_workers']} decode x TP{best['decode_tp']} workers (KV "
+                    f"transfer {best['kv_transfer_ms']:.2f} ms)"
+                )
             line = (
                 f"  {entry['gpu_name']}: {best['model_name']} {best['precision']} "
-                f"TP{best['tp']} x {best['replicas']} replicas = {best['gpus']} GPUs, "
+                f"{layout} = {best['gpus']} GPUs, "
             )
             if best["usd_per_month"] is None:
                 line += best["derivation"].get("price_note", "no price")
