@@ -466,8 +466,9 @@ def _row(
     d: list[Step] = []
     d += staged(STAGE_LAYOUT, [_layout_step(c, sized, k)])
     if not fits and g is None:  # a pool that cannot serve has no sizing to show, only why
-        return _unfit(c, _why(sized, k), d + staged(STAGE_TRANSFER, sized.transfer.steps(k)),
+        return _unfit(c, _why(sized, k, c), d + staged(STAGE_TRANSFER, sized.transfer.steps(k)),
                       sized, k)  # fmt: skip
+    d += _memory(c, sized, k)
     d += sized.steps(k)
     x_p, x_d = _pool_capacity(sized, k, u, lam, g)
     d += staged(STAGE_FLEET, _capacity_steps(sized, k, u, x_p, x_d, g))
@@ -575,6 +576,22 @@ def _row(
     )
 
 
+def _memory(c: Candidate, sized: PoolSizing, k: int) -> list[Step]:
+    """Each worker's memory fit (the chain's own steps): the decode worker first, at the
+    live context ``isl + osl`` its KV holds (what the memory chart reads), then prefill's."""
+    from sizing.chain import STAGE_MEMORY, _memory_steps
+    from sizing.memory import fit_memory
+
+    out: list[Step] = []
+    isl, osl = float(sized.isl[k]), float(sized.osl[k])
+    for name, per_worker, context in (("decode", sized.gpus_per_worker_d, isl + osl),
+                                      ("prefill", sized.gpus_per_worker_p, isl)):  # fmt: skip
+        arrays = worker_arrays(c, int(per_worker[k]))
+        fit = fit_memory(arrays, np.array([context]))
+        out += staged(f"{STAGE_MEMORY} - {name} worker", _memory_steps(arrays, fit, 0))
+    return out
+
+
 def latency_mean(steps: list[Step], name: str) -> float:
     return next((float(s.value) for s in steps if s.name == name), math.nan)
 
@@ -613,9 +630,23 @@ def _binding(sized: PoolSizing, k: int) -> str:
     return "ttft" if sized.prefill_rho_max[k] < sized.target_utilization else "tpot"
 
 
-def _why(sized: PoolSizing, k: int) -> str:
+def _why(sized: PoolSizing, k: int, c: Candidate | None = None) -> str:
+    """Why a pool cannot serve: a worker's memory reason in the chain's own words (then
+    which worker), else the SLO it cannot meet."""
+    from sizing.memory import fit_memory
+
+    isl, osl = float(sized.isl[k]), float(sized.osl[k])
+    pools = (("decode", sized.decode_workers, sized.gpus_per_worker_d, isl + osl),
+             ("prefill", sized.prefill_workers, sized.gpus_per_worker_p, isl))  # fmt: skip
+    for name, workers, per_worker, context in pools:
+        if np.isfinite(workers[k]) or c is None:
+            continue
+        arrays = worker_arrays(c, int(per_worker[k]))
+        fit = fit_memory(arrays, np.array([context]))
+        if not fit.fits[0]:
+            return f"{fit.reasons(arrays)[0]} ({name} worker, TP{int(per_worker[k])})"
     if not np.isfinite(sized.decode_workers[k]):
-        return "decode pool: no batch meets the TPOT SLO or the KV does not fit"
+        return "decode pool: no batch meets the TPOT SLO"
     if not np.isfinite(sized.prefill_workers[k]):
         reason = str(sized.transfer.reason[k])
         return reason or "prefill pool: the prompt's prefill and transfer exceed the TTFT SLO"
@@ -778,6 +809,7 @@ def _pools_json(c: Candidate, sized: PoolSizing, k: int, fleets: dict) -> dict:
 
 def _unfit(c: Candidate, reason: str, d=(), sized=None, k=0) -> PlanRow:
     nan = math.nan
+    tp_d = int(sized.gpus_per_worker_d[k]) if sized is not None else 1  # the layout tried
     return PlanRow(
         rank=0,
         label=c.label or f"{c.model.name} on {c.gpu.name} (disaggregated)",
@@ -785,11 +817,11 @@ def _unfit(c: Candidate, reason: str, d=(), sized=None, k=0) -> PlanRow:
         gpu=c.gpu.name,
         weight_precision=c.weight_precision,
         kv_precision=c.kv_precision or c.weight_precision,
-        tp=1,
+        tp=tp_d,
         pp=1,
         ep=1,
         dp=1,
-        gpus_per_replica=1,
+        gpus_per_replica=tp_d,
         fits=False,
         reason=reason,
         weights_gb_per_gpu=nan,

@@ -21,8 +21,14 @@ def test_rows_pack_into_the_priced_instance_with_spare_nodes(catalog):
     inputs = build_inputs_snapshot(scenario, PriceSheet.objects.get())
     assert inputs["policy"]["spare_nodes"] == 1
     sized = runner.size_candidates(inputs, range(len(inputs["candidates"])))
-    rows = [r for r in sized if r["fits"]]
+    rows = [r for r in sized if r["fits"] and r["mode"] == "agg"]
     assert rows
+    # a disaggregated row packs each pool into its own nodes, each pool with the spare node
+    for row in (r for r in sized if r["fits"] and r["mode"] == "disagg"):
+        pools = row["derivation"]["pools"]
+        nodes = node_fields(inputs, row)
+        expected = sum(-(-p["workers"] // (4 // p["tp"])) + 1 for p in pools.values())
+        assert nodes["nodes"] == expected
     for row in rows:
         nodes = node_fields(inputs, row)
         g, replicas = row["gpus_per_replica"], row["replicas"]

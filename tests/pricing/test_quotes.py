@@ -95,7 +95,10 @@ def test_snapshot_prices_each_replica_size_with_its_source(catalog):
     assert snap.gpus_per_node(inputs, "h100_sxm", 1) == 1
     rows = runner.size_candidates(inputs, range(len(inputs["candidates"])))
     for row in rows:
-        if row["fits"] and row["usd_per_hour"]:
+        if row["fits"] and row["usd_per_hour"] and row["mode"] == "disagg":
+            # the pools rent whole nodes: every GPU at the 8-GPU box's price
+            assert row["usd_per_hour"] == pytest.approx(row["gpus"] * 3.99)
+        elif row["fits"] and row["usd_per_hour"]:
             rate = {1: 3.29, 8: 3.99}[row["gpus_per_replica"]]
             assert row["usd_per_hour"] == pytest.approx(row["replicas"] * row["tp"] * rate)
 

@@ -273,12 +273,23 @@ def test_results_page_has_table_charts_with_tables_and_the_chain(owner_client, r
     assert page.count("<summary>Table:") == len(chart_ids)
     assert "plotly-4.1.1.min.js" in page and "cdn" not in page.lower()
     chain = response.context["chain"]
-    assert [s["title"] for s in chain][:4] == [
-        "Memory fit",
-        "Step time and mean-value operating point",
-        "Tail latency and capacity per replica",
-        "Little's law, headroom and cost",
-    ]
+    stages = {
+        "agg": [
+            "Memory fit",
+            "Step time and mean-value operating point",
+            "Tail latency and capacity per replica",
+            "Little's law, headroom and cost",
+        ],
+        # a disaggregated answer: its layout, each worker's memory, then the pools
+        "disagg": [
+            "Disaggregated layout",
+            "Memory fit - decode worker",
+            "Memory fit - prefill worker",
+            "KV transfer between the pools",
+        ],
+    }
+    shown = response.context["chain_result"].mode
+    assert [s["title"] for s in chain][:4] == stages[shown]
     # the card says where its latencies come from, at which statistic, and the band
     assert "latency-source" in page and "card-profile" in page and "at p95" in page
     assert "kv_budget_gb_per_gpu" in page and "usd_per_month" in page
