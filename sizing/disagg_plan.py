@@ -388,10 +388,15 @@ class _Percentile:
         """The fewest prefill workers from ``x0`` whose TTFT quantile meets the SLO (up to
         ``4 x0 + 8``; ``x0`` when none does: the row then misses)."""
         budget = self.slo.ttft_ms / 1e3
-        for x in range(max(x0, 1), 4 * max(x0, 1) + 9):
-            if self.ttft_s(x, y_w) <= budget:
-                return x
-        return x0
+        lo, hi = max(x0, 1), 4 * max(x0, 1) + 8
+        if self.ttft_s(lo, y_w) <= budget:
+            return lo
+        if self.ttft_s(hi, y_w) > budget:
+            return x0
+        while hi - lo > 1:  # TTFT falls as workers are added: bisection on whole workers
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if self.ttft_s(mid, y_w) <= budget else (mid, hi)
+        return hi
 
     def step(self, x0: int, x: int, ttft_q_s: float) -> Step:
         p = f"p{self.slo.percentile:g}"
