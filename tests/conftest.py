@@ -22,6 +22,11 @@ def catalog(db):
     `make run` does. ``load_catalog`` runs once per test process; later tests get the very
     rows it wrote (same primary keys and values) by bulk insert, which is ~20x faster: most
     tests need a catalog, and loading it took a quarter of the suite."""
+    load_catalog_once()
+
+
+def load_catalog_once() -> None:
+    """What the ``catalog`` fixture does, for a module-scoped fixture that commits it."""
     from django.apps import apps
     from django.core.management import call_command
 

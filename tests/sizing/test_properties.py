@@ -1,6 +1,7 @@
 """Monotonicity properties of the chain (hypothesis)."""
 
 import csv
+import functools
 import json
 import math
 from dataclasses import replace
@@ -207,7 +208,9 @@ def test_the_named_pairs_dominate_on_the_datasheet():
         assert GPUS_ALL[better].memory_gb > GPUS_ALL[worse].memory_gb
 
 
+@functools.cache
 def dominance_pairs(precision: str) -> list[tuple[str, str]]:
+    # cached: the catalog is fixed for the session, and each hypothesis example asks again
     return [
         (a, b)
         for a in GPUS_ALL
@@ -236,9 +239,16 @@ def test_a_dominating_gpu_is_never_slower_and_never_holds_fewer_sequences(
     model, precision, tp, isl, osl, conc, calibration
 ):
     # given every catalog pair where one GPU is at least as good on every datasheet number
+    points = {}  # a GPU sits in several pairs: size its point once per example
+
+    def point(slug):
+        if slug not in points:
+            points[slug] = _point(GPUS_ALL[slug], model, precision, tp, isl, osl, conc, calibration)
+        return points[slug]
+
     for better, worse in dominance_pairs(precision):
-        fit_b, op_b = _point(GPUS_ALL[better], model, precision, tp, isl, osl, conc, calibration)
-        fit_w, op_w = _point(GPUS_ALL[worse], model, precision, tp, isl, osl, conc, calibration)
+        fit_b, op_b = point(better)
+        fit_w, op_w = point(worse)
         # then it fits whenever the other does, holds at least as many sequences, and is
         # never slower (same constants: the same generation's profile, or physics)
         if not fit_w.fits[0]:
