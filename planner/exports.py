@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from django.db.models.fields.json import KeyTransform
 from django.http import FileResponse, StreamingHttpResponse
 from openpyxl import Workbook
 from openpyxl.cell import WriteOnlyCell
@@ -46,8 +47,9 @@ XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 # of KB once parsed, so 100 rows hold a few MB (500 held about 17 MB)
 RESULT_CHUNK_ROWS = 100
 # CSV text handed to the server at a time: large enough to keep writes few, small enough
-# that a download of any size holds only this much
-CSV_CHUNK_CHARS = 64 * 1024
+# that a download of any size holds only this much (64 KB held more than 100 result rows
+# once the pool columns widened each row)
+CSV_CHUNK_CHARS = 16 * 1024
 
 
 def safe_text(value) -> str:
@@ -296,9 +298,30 @@ def result_rows(run: SizingRun, chunk_rows: int = RESULT_CHUNK_ROWS) -> Iterator
         if e.get("recommended") and e.get("cold_start_s")
     }
     inputs = (run.inputs or {}) | {FLEET_LIFE_KEY: by_key}
-    results = run.results.order_by("rank", "candidate_key").iterator(chunk_size=chunk_rows)
+    # only the derivation keys the columns read: a whole derivation is tens of KB parsed (a
+    # disaggregated row's twice that), and the chunk's memory must not grow with it
+    keys = {f"_d_{k}": KeyTransform(k, "derivation") for k in DERIVATION_KEYS}
+    results = (
+        run.results.order_by("rank", "candidate_key")
+        .defer("derivation")
+        .annotate(**keys)
+        .iterator(chunk_size=chunk_rows)
+    )
     for result in results:
+        result.derivation = {k: getattr(result, f"_d_{k}") for k in DERIVATION_KEYS}
         yield [clean_value(c.get(result, inputs), c.kind) for c in COLUMN_SPECS]
+
+
+#: What the columns read from a row's derivation (``_pipeline``, ``_band``, ``_packed``).
+DERIVATION_KEYS = (
+    "band",
+    "nodes",
+    "gpus_per_node",
+    "latency_source",
+    "profile",
+    "serving_replicas",
+    "pools",
+)
 
 
 def _csv_cell(value):
