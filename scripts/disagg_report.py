@@ -119,7 +119,29 @@ def disagg_points():
             )
         )
     disagg_points.adjusted = adjusted
-    return points, left_out
+    suspect = _falling_ttft(points)
+    left_out += [(p.row_id, FALLING_TTFT) for p in points if p.row_id in suspect]
+    return [p for p in points if p.row_id not in suspect], left_out
+
+
+FALLING_TTFT = (
+    "TTFT more than 2x the same layout's at a higher concurrency in the same sweep (queueing "
+    "only adds with clients: a warm-up or measurement artefact)"
+)
+
+
+def _falling_ttft(points) -> set[str]:
+    """Row ids of TTFT points that no queueing model can fit: in one sweep and one pool
+    layout, a point at lower concurrency measuring more than twice a point at higher
+    concurrency (the rule is stated before fitting and applies to every engine alike)."""
+    ttft = [p for p in points if p.metric == "ttft_ms"]
+    out = set()
+    for p in ttft:
+        same = [o for o in ttft if o.group == p.group and o.prefill == p.prefill
+                and o.decode == p.decode and o.concurrency > p.concurrency]  # fmt: skip
+        if any(p.value > 2.0 * o.value for o in same):
+            out.add(p.row_id)
+    return out
 
 
 def _ape(predicted: np.ndarray, points) -> np.ndarray:
