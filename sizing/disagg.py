@@ -1313,7 +1313,8 @@ class DisaggFit:
             step_overhead_per_layer_s=base.step_overhead_per_layer_s * v["step_overhead_scale"],
             eta_flop_prefill=min(base.eta_flop_prefill * v["eta_flop_prefill_scale"], 1.0),
             frontend_latency_s=v["frontend_latency_s"],
-            name=f"{base.name} + disagg fit",
+            # the prior (no disaggregated rows for this engine) says so, not "fit"
+            name=f"{base.name} + disagg {'fit' if self.points else 'prior (unfitted)'}",
         )
 
 
