@@ -296,7 +296,8 @@ def disagg_search(inputs: dict, candidate_index: int, row: dict, key: str) -> di
     return {
         "key": key,
         "mode": "disagg",
-        "given": dataclasses.asdict(given),
+        # the steps are rebuilt from the probes (disagg_simulated_row), not stored twice
+        "given": {k: v for k, v in dataclasses.asdict(given).items() if k != "steps"},
         "probes": [dataclasses.asdict(p) for p in probes],
         "simulations": len(probes),
         "requests_per_simulation": SIM_REQUESTS,
@@ -309,18 +310,14 @@ def disagg_search(inputs: dict, candidate_index: int, row: dict, key: str) -> di
 def disagg_simulated_row(inputs: dict, candidate_index: int, found: dict) -> dict:
     """The disaggregated row re-entering the chain at the headroom stage with the pools the
     simulation found (``runner.disagg_rows`` with ``given``)."""
-    from sizing.derivation import Step
-    from sizing.derivation import q as quantity
-    from sizing.disagg_plan import PoolsGiven
+    from sizing.disagg_plan import PoolProbe, PoolsGiven, peak_rate_rps, probe_steps
 
-    stored = dict(found["given"])
-    stored["steps"] = tuple(
-        Step(s["name"], s["formula"], tuple(quantity(i["name"], i["value"], i["unit"])
-                                            for i in s["inputs"]),
-             s["value"], s["unit"], s.get("note", ""), s["kind"])
-        for s in stored.get("steps") or ()
-    )  # fmt: skip
-    given = PoolsGiven(**stored)
+    stored = {k: v for k, v in found["given"].items() if k != "steps"}
+    probes = [PoolProbe(**p) for p in found["probes"]]
+    rate = peak_rate_rps(snap.traffic(inputs), snap.policy(inputs))
+    steps = probe_steps(probes, snap.slo(inputs), rate, found["requests_per_simulation"],
+                        found["warmup_requests"], found["seed"])  # fmt: skip
+    given = PoolsGiven(**stored, steps=tuple(steps))
     [core] = snap.candidates(inputs, [candidate_index])
     model = inputs["candidates"][candidate_index]["model"]
     [row] = runner.disagg_rows(inputs, model, [core], given=[given])

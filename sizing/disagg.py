@@ -424,6 +424,13 @@ def prefill_pool(
     )
 
 
+def link_wait_s(rps_per_rank, wire_s):
+    """A decode rank's link: busy share ``u = min(X_rank * wire_s, MAX_RHO)`` and the M/D/1
+    wait behind other requests' transfers ``u / (2 (1 - u)) * wire_s`` (s). Returns (u, wait)."""
+    u = np.minimum(rps_per_rank * wire_s, MAX_RHO)
+    return u, u / (2.0 * (1.0 - u)) * wire_s
+
+
 # ============================================================================ decode pool
 def decode_tpot_s(cd: CandidateArrays, batch_per_rank: np.ndarray, isl, osl) -> np.ndarray:
     """Decode-only step at ``b`` sequences per rank and live context ``isl + osl/2``, per
@@ -597,8 +604,7 @@ def predict_disagg(
         tpot = decode_tpot_s(cd, b, isl_a, osl_a)
         x = b * ranks_d / (osl_a * tpot)
         rho = pre.load(x, isl_a)
-        u = np.minimum(x / ranks_d * xfer.wire_s, MAX_RHO)
-        link_wait = u / (2.0 * (1.0 - u)) * xfer.wire_s
+        u, link_wait = link_wait_s(x / ranks_d, xfer.wire_s)
         ttft = pre.frontend_s + pre.wait_s(rho) + pre.prefill_s + xfer.exposed_s + link_wait
         return tpot, x, rho, u, link_wait, ttft
 

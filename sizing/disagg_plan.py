@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sizing.candidates import CandidateArrays
 from sizing.chain import (
     STAGE_BAND,
     STAGE_BREAKEVEN,
@@ -56,9 +57,11 @@ from sizing.disagg import (
     STAGE_TRANSFER,
     PoolSizing,
     decode_tpot_s,
+    link_wait_s,
     size_pools,
 )
 from sizing.fleet import Band, Fleet, WarmPool, breakeven, error_band, size_fleet
+from sizing.memory import MemoryFit, fit_memory
 from sizing.specs import ApiPrice, Policy, Slo, Traffic
 
 MODE = "disagg"
@@ -102,7 +105,7 @@ def pool_layout(candidate: Candidate, tp: int) -> dict:
     return {"tp": tp, "pp": 1, "ep": ep, "dp": 1}
 
 
-def _rate(traffic: Traffic, policy: Policy) -> float:
+def peak_rate_rps(traffic: Traffic, policy: Policy) -> float:
     """``lambda``: what the serving workers carry at the peak, burst included (req/s)."""
     return float(traffic.peak_rps * policy.burst_factor)
 
@@ -127,7 +130,7 @@ def _size(cands, pairs: Sequence[tuple[int, int, int]], traffic, slo, policy, wa
         [c.kv_precision for c in of],
         float(traffic.prompt_tokens_mean),
         float(traffic.output_tokens_mean),
-        _rate(traffic, policy),
+        peak_rate_rps(traffic, policy),
         slo.ttft_ms / 1e3,
         slo.tpot_ms / 1e3,
         engine=[c.engine for c in of],
@@ -141,37 +144,41 @@ def _size(cands, pairs: Sequence[tuple[int, int, int]], traffic, slo, policy, wa
 def search_layouts(
     cands: Sequence[Candidate], traffic: Traffic, slo: Slo, policy: Policy, wait_scales,
     allowed_tps: Sequence[Sequence[int] | None] | None = None,
-) -> list[tuple[int, int] | None]:  # fmt: skip
-    """Per candidate, the (prefill TP, decode TP) whose pools cost least meeting the SLOs in
-    the mean-value model (then fewest GPUs, then smallest TPs); a candidate none meets keeps
-    its fewest-GPU layout (its row says why it misses); None when no TP divides the heads."""
+    given: Sequence[PoolsGiven | None] | None = None,
+) -> tuple[PoolSizing | None, list[int | None]]:  # fmt: skip
+    """Every candidate's (prefill TP, decode TP) pairs sized in one ``size_pools`` call, and
+    per candidate the index of its chosen pair: the one whose pools cost least meeting the
+    SLOs in the mean-value model (then fewest GPUs, then smallest TPs), or ``given``'s layout
+    (the tail stage's); a candidate none meets keeps its fewest-GPU layout (its row says why
+    it misses); None when no TP divides the heads."""
     allowed = list(allowed_tps) if allowed_tps is not None else [None] * len(cands)
-    pairs = [
-        (i, p, d)
-        for i, c in enumerate(cands)
-        for p in tp_options(c, allowed[i])
-        for d in tp_options(c, allowed[i])
-    ]
-    out: list[tuple[int, int] | None] = [None] * len(cands)
+    given = list(given) if given is not None else [None] * len(cands)
+    pairs: list[tuple[int, int, int]] = []
+    mine: list[list[int]] = []
+    for i, c in enumerate(cands):
+        tps = tp_options(c, allowed[i])
+        layouts = [(p, d) for p in tps for d in tps]
+        g = given[i]
+        if g is not None and (g.prefill_tp, g.decode_tp) not in layouts:
+            layouts.append((g.prefill_tp, g.decode_tp))
+        mine.append(list(range(len(pairs), len(pairs) + len(layouts))))
+        pairs += [(i, p, d) for p, d in layouts]
     if not pairs:
-        return out
+        return None, [None] * len(cands)
     sized = _size(cands, pairs, traffic, slo, policy, wait_scales)
     usd = np.nan_to_num(sized.disagg_usd_per_hour, nan=np.inf)
-    for i in range(len(cands)):
-        mine = [k for k, pair in enumerate(pairs) if pair[0] == i]
-        if not mine:
-            continue
-        best = min(
-            mine,
-            key=lambda k: (
-                not sized.meets_slo[k],
-                usd[k] if sized.meets_slo[k] else 0.0,
-                sized.disagg_gpus[k],
-                pairs[k][1:],
-            ),
-        )
-        out[i] = pairs[best][1:]
-    return out
+
+    def rank(k: int) -> tuple:
+        ok = bool(sized.meets_slo[k])
+        return (not ok, usd[k] if ok else 0.0, sized.disagg_gpus[k], pairs[k][1:])
+
+    chosen: list[int | None] = []
+    for g, ks in zip(given, mine, strict=True):
+        if g is not None:
+            chosen.append(next(k for k in ks if pairs[k][1:] == (g.prefill_tp, g.decode_tp)))
+        else:
+            chosen.append(min(ks, key=rank) if ks else None)
+    return sized, chosen
 
 
 def plan_disagg(
@@ -192,21 +199,13 @@ def plan_disagg(
     TP degrees its pools may take (the scenario's TP options; None: ``POOL_TP_OPTIONS``)."""
     given = list(given) if given is not None else [None] * len(cands)
     scales = list(prefill_wait_scale) if prefill_wait_scale is not None else [1.0] * len(cands)
-    layouts = search_layouts(cands, traffic, slo, policy, scales, allowed_tps)
-    chosen = [
-        (g.prefill_tp, g.decode_tp) if g is not None else layout
-        for g, layout in zip(given, layouts, strict=True)
+    sized, chosen = search_layouts(cands, traffic, slo, policy, scales, allowed_tps, given)
+    return [
+        _unfit(c, "no TP degree divides the attention heads")
+        if k is None
+        else _row(c, sized, k, traffic, slo, policy, api_price, g)
+        for c, k, g in zip(cands, chosen, given, strict=True)
     ]
-    index = [i for i, layout in enumerate(chosen) if layout is not None]
-    rows: list[PlanRow | None] = [None] * len(cands)
-    if index:
-        sized = _size(cands, [(i, *chosen[i]) for i in index], traffic, slo, policy, scales)
-        for k, i in enumerate(index):
-            rows[i] = _row(cands[i], sized, k, traffic, slo, policy, api_price, given[i])
-    for i, row in enumerate(rows):
-        if row is None:
-            rows[i] = _unfit(cands[i], "no TP degree divides the attention heads")
-    return rows
 
 
 # ---------------------------------------------------------------------------- one row
@@ -266,7 +265,7 @@ def _capacity_steps(sized: PoolSizing, k: int, u: float, x_p: float, x_d: float,
     ]
 
 
-def _latency(sized: PoolSizing, k: int, fleets: dict, c: Candidate) -> tuple[dict, list[Step]]:
+def _latency(sized: PoolSizing, k: int, fleets: dict, workers: dict) -> tuple[dict, list[Step]]:
     """Mean-value TTFT and TPOT at the serving pools carrying ``lambda`` (see the module doc)."""
     pre, xfer = sized.prefill, sized.transfer
     lam = float(sized.rate_rps[k])
@@ -274,15 +273,15 @@ def _latency(sized: PoolSizing, k: int, fleets: dict, c: Candidate) -> tuple[dic
     isl, osl = float(sized.isl[k]), float(sized.osl[k])
     mu = float(pre.tokens_per_s_per_rank[k])
     rho = lam * isl / (x_w * float(sized.dp_p[k]) * mu)
-    wait = _wait(pre, k, rho)
+    wait = float(pre.wait_s(rho)[k])
     wire = float(xfer.wire_s[k])
-    link_u = min(lam / (y_w * float(sized.dp_d[k])) * wire, 0.999)
-    link_wait = link_u / (2 * (1 - link_u)) * wire
+    link_u, link_wait = (float(v) for v in link_wait_s(lam / (y_w * float(sized.dp_d[k])), wire))
     ttft_s = float(pre.frontend_s[k]) + wait + float(pre.prefill_s[k]) + float(xfer.exposed_s[k])
     ttft_s += link_wait
     b_slo, x_rank = float(sized.decode_batch_per_rank[k]), float(sized.decode_rps_per_rank[k])
     b_load = max(b_slo * lam / (y_w * float(sized.dp_d[k]) * x_rank), 1.0)
-    tpot_s = float(_tpot(c, sized, k, b_load))
+    tpot_s = float(decode_tpot_s(workers["decode"].arrays, np.array([b_load]),
+                                 sized.isl[k : k + 1], sized.osl[k : k + 1])[0])  # fmt: skip
     steps = [
         step(
             "prefill_load",
@@ -354,7 +353,7 @@ class _Percentile:
     traffic's mean and p95), the front end and the link wait. A sum of quantiles: it errs
     high. TPOT's is its mean (a decode-only batch steps evenly; the simulator measures it)."""
 
-    def __init__(self, c: Candidate, sized: PoolSizing, k: int, traffic: Traffic, slo: Slo):
+    def __init__(self, prefill, sized: PoolSizing, k: int, traffic: Traffic, slo: Slo):
         from sizing.steptime import prefill_time
 
         self.sized, self.k, self.slo = sized, k, slo
@@ -362,8 +361,7 @@ class _Percentile:
         self.isl = float(sized.isl[k])
         self.isl_q = _length_quantile(traffic.prompt_tokens_mean, traffic.prompt_tokens_p95,
                                       self.q)  # fmt: skip
-        cp = worker_arrays(c, int(sized.gpus_per_worker_p[k]))
-        self.prefill_q_s = float(prefill_time(cp, np.array([self.isl_q])).prefill_s[0])
+        self.prefill_q_s = float(prefill_time(prefill, np.array([self.isl_q])).prefill_s[0])
         self.transfer_q_s = float(sized.transfer.exposed_s[k]) * self.isl_q / self.isl
 
     def ttft_s(self, x_w: int, y_w: int) -> float:
@@ -379,10 +377,9 @@ class _Percentile:
         tail = 1.0 - self.q
         wait_q = float(pre.step_full_s[k]) / decay * math.log(weight / tail) if weight > tail \
             else 0.0  # fmt: skip
-        link_u = min(lam / (y_w * float(s.dp_d[k])) * wire, 0.999)
-        link_wait = link_u / (2 * (1 - link_u)) * wire
-        return (float(pre.frontend_s[k]) + float(pre.wait_scale[k]) * wait_q + self.prefill_q_s
-                + self.transfer_q_s + link_wait)  # fmt: skip
+        _, link_wait = link_wait_s(lam / (y_w * float(s.dp_d[k])), wire)
+        return float(pre.frontend_s[k] + pre.wait_scale[k] * wait_q + self.prefill_q_s
+                     + self.transfer_q_s + link_wait)  # fmt: skip
 
     def prefill_workers(self, x0: int, y_w: int) -> int:
         """The fewest prefill workers from ``x0`` whose TTFT quantile meets the SLO (up to
@@ -433,23 +430,6 @@ def _length_quantile(mean: float, p95: float | None, q: float) -> float:
     return float(math.exp(mu + sigma * NormalDist().inv_cdf(q)))
 
 
-def _wait(pre, k: int, rho: float) -> float:
-    r = min(rho, 0.999)
-    return float(pre.wait_scale[k]) * r / (2.0 * (1.0 - r)) * float(pre.step_full_s[k])
-
-
-def _tpot(c: Candidate, sized: PoolSizing, k: int, batch: float) -> float:
-    from sizing.candidates import CandidateArrays
-
-    layout = pool_layout(c, int(sized.gpus_per_worker_d[k]))
-    cd = CandidateArrays.build(
-        c.model, c.gpu, c.weight_precision, c.kv_precision, layout["tp"], layout["pp"],
-        layout["ep"], layout["dp"], engine=c.engine, calibration=c.calibration,
-    )  # fmt: skip
-    isl, osl = sized.isl[k : k + 1], sized.osl[k : k + 1]
-    return float(decode_tpot_s(cd, np.array([batch]), isl, osl)[0])
-
-
 def _row(
     c: Candidate,
     sized: PoolSizing,
@@ -470,43 +450,35 @@ def _row(
     meets_analytic = bool(sized.meets_slo[k])
     d: list[Step] = []
     d += staged(STAGE_LAYOUT, [_layout_step(c, sized, k)])
+    workers = _workers(c, sized, k)
     if not fits and g is None:  # a pool that cannot serve has no sizing to show, only why
-        return _unfit(c, _why(sized, k, c), d + staged(STAGE_TRANSFER, sized.transfer.steps(k)),
-                      sized, k)  # fmt: skip
-    d += _memory(c, sized, k)
+        return _unfit(c, _why(sized, k, workers),
+                      d + staged(STAGE_TRANSFER, sized.transfer.steps(k)), sized, k)  # fmt: skip
+    d += _memory(workers)
     d += sized.steps(k)
     x_p, x_d = _pool_capacity(sized, k, u, lam, g)
     d += staged(STAGE_FLEET, _capacity_steps(sized, k, u, x_p, x_d, g))
-    fleets = {
-        name: size_fleet(
-            np.array([x]),
-            0.0,
-            traffic,
-            policy,
-            gpus_w[name],
-            price,
-            True,
-            _weights_gb_per_gpu(c, gpus_w[name]),
-        )
-        for name, x in (("prefill", x_p), ("decode", x_d))
-    }
-    latency, lat_steps = _latency(sized, k, fleets, c)
+
+    def fleet(name: str, x: float) -> Fleet:
+        weights = float(workers[name].fit.weights_gb_per_gpu[0])  # its cold start's warm pool
+        return size_fleet(np.array([x]), 0.0, traffic, policy, gpus_w[name], price, True, weights)
+
+    fleets = {"prefill": fleet("prefill", x_p), "decode": fleet("decode", x_d)}
+    mean, lat_steps = _latency(sized, k, fleets, workers)
+    latency = mean
     if g is None:  # the analytic percentile: grow the prefill pool until its TTFT tail fits
-        pct = _Percentile(c, sized, k, traffic, slo)
+        pct = _Percentile(workers["prefill"].arrays, sized, k, traffic, slo)
         x0 = int(fleets["prefill"].serving[0])
         x_req = pct.prefill_workers(x0, int(fleets["decode"].serving[0]))
         if x_req > x0:
-            x_p = lam / (u * x_req)
-            fleets["prefill"] = size_fleet(np.array([x_p]), 0.0, traffic, policy,
-                                           gpus_w["prefill"], price, True,
-                                           _weights_gb_per_gpu(c, gpus_w["prefill"]))  # fmt: skip
-            latency, lat_steps = _latency(sized, k, fleets, c)
+            fleets["prefill"] = fleet("prefill", lam / (u * x_req))
+            mean, lat_steps = _latency(sized, k, fleets, workers)
         ttft_q = pct.ttft_s(int(fleets["prefill"].serving[0]), int(fleets["decode"].serving[0]))
         lat_steps += [pct.step(x0, int(fleets["prefill"].serving[0]), ttft_q)]
         key = f"p{slo.percentile:g}"
         latency = {
-            "ttft": {**latency["ttft"], key: ttft_q * 1e3},
-            "tpot": {**latency["tpot"], key: latency["tpot"]["mean"]},
+            "ttft": {**mean["ttft"], key: ttft_q * 1e3},
+            "tpot": {**mean["tpot"], key: mean["tpot"]["mean"]},
         }
         meets_analytic = meets_analytic and ttft_q * 1e3 <= slo.ttft_ms
     if g is not None:
@@ -543,7 +515,7 @@ def _row(
         gpus_per_replica=int(gpus_w["decode"]),
         fits=True,
         reason="" if meets else _why(sized, k) or "misses the SLO",
-        weights_gb_per_gpu=_weights_gb_per_gpu(c, gpus_w["decode"]),
+        weights_gb_per_gpu=float(workers["decode"].fit.weights_gb_per_gpu[0]),
         kv_bytes_per_token=float(sized.transfer.kv_bytes_per_token[k]),
         kv_capacity_tokens=math.nan,
         max_concurrency=math.nan,
@@ -571,8 +543,8 @@ def _row(
         latency_statistic=statistic,
         latency_ms=latency,
         mean_value_rps=lam / max(total["serving_workers"], 1),
-        mean_value_ttft_ms=float(latency_mean(lat_steps, "ttft_ms")),
-        mean_value_tpot_ms=float(latency_mean(lat_steps, "tpot_ms")),
+        mean_value_ttft_ms=float(mean["ttft"]["mean"]),
+        mean_value_tpot_ms=float(mean["tpot"]["mean"]),
         band=band,
         profile=c.calibration.name or "physics defaults",
         mode=MODE,
@@ -581,37 +553,37 @@ def _row(
     )
 
 
-def _memory(c: Candidate, sized: PoolSizing, k: int) -> list[Step]:
-    """Each worker's memory fit (the chain's own steps): the decode worker first, at the
-    live context ``isl + osl`` its KV holds (what the memory chart reads), then prefill's."""
-    from sizing.chain import STAGE_MEMORY, _memory_steps
-    from sizing.memory import fit_memory
+@dataclass(frozen=True)
+class _Worker:
+    """One pool's worker of a row and its memory fit (built once per row)."""
 
-    out: list[Step] = []
+    arrays: CandidateArrays
+    fit: MemoryFit
+    tp: int
+
+
+def _workers(c: Candidate, sized: PoolSizing, k: int) -> dict[str, _Worker]:
+    """Row ``k``'s decode worker, fitted at the live context ``isl + osl`` its KV holds, and
+    its prefill worker, fitted at ``isl`` (the decode worker first: the memory chart and the
+    row's weights read it)."""
     isl, osl = float(sized.isl[k]), float(sized.osl[k])
+    out = {}
     for name, per_worker, context in (("decode", sized.gpus_per_worker_d, isl + osl),
                                       ("prefill", sized.gpus_per_worker_p, isl)):  # fmt: skip
-        arrays = worker_arrays(c, int(per_worker[k]))
-        fit = fit_memory(arrays, np.array([context]))
-        out += staged(f"{STAGE_MEMORY} - {name} worker", _memory_steps(arrays, fit, 0))
+        tp = int(per_worker[k])
+        arrays = worker_arrays(c, tp)
+        out[name] = _Worker(arrays, fit_memory(arrays, np.array([context])), tp)
     return out
 
 
-def latency_mean(steps: list[Step], name: str) -> float:
-    return next((float(s.value) for s in steps if s.name == name), math.nan)
+def _memory(workers: dict[str, _Worker]) -> list[Step]:
+    """Each worker's memory fit, in the chain's own steps."""
+    from sizing.chain import STAGE_MEMORY, _memory_steps
 
-
-def _weights_gb_per_gpu(c: Candidate, gpus_per_worker: float) -> float:
-    """A worker's weights per GPU (GB), for its cold start (the pool's warm pool)."""
-    from sizing.candidates import CandidateArrays
-    from sizing.memory import fit_memory
-
-    layout = pool_layout(c, int(gpus_per_worker))
-    arrays = CandidateArrays.build(
-        c.model, c.gpu, c.weight_precision, c.kv_precision, layout["tp"], layout["pp"],
-        layout["ep"], layout["dp"], engine=c.engine, calibration=c.calibration,
-    )  # fmt: skip
-    return float(fit_memory(arrays, np.array([1.0])).weights_gb_per_gpu[0])
+    out: list[Step] = []
+    for name, w in workers.items():
+        out += staged(f"{STAGE_MEMORY} - {name} worker", _memory_steps(w.arrays, w.fit, 0))
+    return out
 
 
 def _layout_step(c: Candidate, sized: PoolSizing, k: int) -> Step:
@@ -635,21 +607,14 @@ def _binding(sized: PoolSizing, k: int) -> str:
     return "ttft" if sized.prefill_rho_max[k] < sized.target_utilization else "tpot"
 
 
-def _why(sized: PoolSizing, k: int, c: Candidate | None = None) -> str:
+def _why(sized: PoolSizing, k: int, workers: dict[str, _Worker] | None = None) -> str:
     """Why a pool cannot serve: a worker's memory reason in the chain's own words (then
     which worker), else the SLO it cannot meet."""
-    from sizing.memory import fit_memory
-
-    isl, osl = float(sized.isl[k]), float(sized.osl[k])
-    pools = (("decode", sized.decode_workers, sized.gpus_per_worker_d, isl + osl),
-             ("prefill", sized.prefill_workers, sized.gpus_per_worker_p, isl))  # fmt: skip
-    for name, workers, per_worker, context in pools:
-        if np.isfinite(workers[k]) or c is None:
-            continue
-        arrays = worker_arrays(c, int(per_worker[k]))
-        fit = fit_memory(arrays, np.array([context]))
-        if not fit.fits[0]:
-            return f"{fit.reasons(arrays)[0]} ({name} worker, TP{int(per_worker[k])})"
+    for name, pool_workers in (("decode", sized.decode_workers),
+                               ("prefill", sized.prefill_workers)):  # fmt: skip
+        w = (workers or {}).get(name)
+        if w is not None and not np.isfinite(pool_workers[k]) and not w.fit.fits[0]:
+            return f"{w.fit.reasons(w.arrays)[0]} ({name} worker, TP{w.tp})"
     if not np.isfinite(sized.decode_workers[k]):
         return "decode pool: no batch meets the TPOT SLO"
     if not np.isfinite(sized.prefill_workers[k]):
@@ -879,8 +844,6 @@ class PoolProbe:
 
 def worker_arrays(c: Candidate, tp: int):
     """One worker of layout TP ``tp`` (``pool_layout``) as single-row ``CandidateArrays``."""
-    from sizing.candidates import CandidateArrays
-
     layout = pool_layout(c, tp)
     return CandidateArrays.build(
         c.model, c.gpu, c.weight_precision, c.kv_precision, layout["tp"], layout["pp"],
@@ -913,7 +876,7 @@ def simulate_pools(
     osl = lengths_from_mean_p95(traffic.output_tokens_mean, traffic.output_tokens_p95)
     cp, cd = worker_arrays(c, prefill_tp), worker_arrays(c, decode_tp)
     x, y = max(int(prefill_workers), 1), max(int(decode_workers), 1)
-    lam, p = _rate(traffic, policy), float(slo.percentile)
+    lam, p = peak_rate_rps(traffic, policy), float(slo.percentile)
     probes: list[PoolProbe] = []
     result = None
     for _ in range(MAX_SIM_ROUNDS):
@@ -948,12 +911,13 @@ def simulate_pools(
         latency_ms=table,
         meets_slo=last.meets_slo,
         binding=binding,
-        steps=tuple(_probe_steps(probes, slo, lam, requests, warmup_requests, seed)),
+        steps=tuple(probe_steps(probes, slo, lam, requests, warmup_requests, seed)),
     )
     return given, probes
 
 
-def _probe_steps(probes, slo: Slo, lam: float, requests: int, warmup: int, seed: int) -> list:
+def probe_steps(probes, slo: Slo, lam: float, requests: int, warmup: int, seed: int) -> list:
+    """The tail stage's derivation: one simulation step per round (``PoolProbe``)."""
     p = f"p{slo.percentile:g}"
     return [
         step(
