@@ -36,11 +36,15 @@ def node_fields(inputs: dict, values: dict) -> dict:
     if not values.get("fits") or not replicas or serving is None:
         return {"nodes": None, "gpus_per_node": gpus_per_node, "steps": []}
     packing = pack_nodes(serving, replicas, values["gpus_per_replica"], gpus_per_node, spare_nodes)
+    return _counts(packing) | {"steps": [s.as_dict() for s in node_steps(packing)]}
+
+
+def _counts(packing) -> dict:
+    """``NODE_FIELDS`` of one packing as whole numbers (None where not finite)."""
     out = {}
     for name in NODE_FIELDS:
         number = float(getattr(packing, name))
         out[name] = int(number) if math.isfinite(number) else None
-    out["steps"] = [s.as_dict() for s in node_steps(packing)]
     return out
 
 
@@ -51,18 +55,17 @@ def _pool_node_fields(inputs: dict, values: dict, spare_nodes: int) -> dict:
     gpus_per_node = snap.gpus_per_node(inputs, values["gpu_slug"], values["gpus_per_replica"])
     if not values.get("fits") or not pools:
         return {"nodes": None, "gpus_per_node": gpus_per_node, "steps": []}
-    out = {name: 0 for name in NODE_FIELDS if name != "gpus_per_node"}
-    steps = []
+    counts, steps = [], []
     for name in ("prefill", "decode"):
         pool = pools[name]
         per_worker = pool["tp"] * pool["pp"] * pool["dp"]
         packing = pack_nodes(
             pool["serving_workers"], pool["workers"], per_worker, gpus_per_node, spare_nodes
         )
-        for field in out:
-            number = float(getattr(packing, field))
-            out[field] += int(number) if math.isfinite(number) else 0
+        counts.append(_counts(packing))
         steps += [{**s.as_dict(), "name": f"{s.name}_{name}"} for s in node_steps(packing)]
-    out["gpus_per_node"] = gpus_per_node
-    out["steps"] = steps
-    return out
+    out = {  # a count either pool cannot give (not finite) is not given for the row either
+        field: None if None in (a[field], b[field]) else a[field] + b[field]
+        for field, a, b in ((f, *counts) for f in NODE_FIELDS)
+    }
+    return out | {"gpus_per_node": gpus_per_node, "steps": steps}
