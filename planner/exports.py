@@ -31,7 +31,7 @@ from openpyxl.utils import get_column_letter
 
 from planner.models import CandidateResult, SizingRun
 from planner.packing import node_fields
-from planner.prices import price_rows, row_price_source
+from planner.prices import price_rows, result_price_source, row_price_source
 from planner.templatetags.headroom import finite_number
 from planner.verdicts import run_verdict
 from pricing.quotes import label as quote_label
@@ -121,7 +121,7 @@ def _band(field: str, index: int):
 def _quote(result, inputs) -> dict | None:
     if result.usd_per_hour is None:
         return None
-    return row_price_source(inputs, result.gpu_slug, result.tp * result.pp)
+    return result_price_source(inputs, result)
 
 
 def _packed(result, inputs) -> dict:

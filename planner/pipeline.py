@@ -439,7 +439,7 @@ def recommendation(row: dict, inputs: dict) -> dict:
     """The fields a recommendation card, the API summary and the exports show, from one row
     (the row's own values: never re-derived)."""
     derivation = row.get("derivation") or {}
-    _, price_source = snap.gpu_price(inputs, row["gpu_slug"], row["tp"] * row.get("pp", 1))
+    _, price_source = snap.gpu_price(inputs, row["gpu_slug"], _priced_gpus(inputs, row))
     band = derivation.get("band")
     return {
         "recommended": row["candidate_key"],
@@ -490,10 +490,14 @@ FLEET_LIFE_FIELDS = (
 def fleet_life_fields(row: dict, inputs: dict) -> dict:
     """Cold start, the autoscaling policy and its day, and buy vs rent for one recommended
     row, priced as the row is."""
-    price, _ = snap.gpu_price(inputs, row["gpu_slug"], row["tp"] * row.get("pp", 1))
+    price, _ = snap.gpu_price(inputs, row["gpu_slug"], _priced_gpus(inputs, row))
     price = price if price > 0 else 0.0  # NaN: no instance holds the replica
     life = lifecycle.fleet_life(row, inputs, price) or {}
     return {name: life.get(name) for name in FLEET_LIFE_FIELDS}
+
+
+def _priced_gpus(inputs: dict, row: dict) -> int:
+    return snap.priced_replica_gpus(inputs, row["candidate_key"], row["tp"], row.get("pp", 1))
 
 
 def _model_slug(inputs: dict, candidate_key: str) -> str | None:

@@ -160,3 +160,12 @@ def row_price_source(inputs: dict, gpu_slug: str, replica_gpus: int) -> dict | N
     if gpu_slug not in (inputs.get("gpus") or {}):
         return None
     return snap.gpu_price(inputs, gpu_slug, replica_gpus)[1]
+
+
+def result_price_source(inputs: dict, result) -> dict | None:
+    """The quote a stored ``CandidateResult`` paid: at its candidate's replica size
+    (``snapshot.priced_replica_gpus``: a disaggregated row is priced at node size)."""
+    from planner import snapshot as snap
+
+    gpus = snap.priced_replica_gpus(inputs, result.candidate_key, result.tp, result.pp)
+    return row_price_source(inputs, result.gpu_slug, gpus)

@@ -117,6 +117,18 @@ def gpu_price(snapshot: dict, gpu_slug: str, replica_gpus: int) -> tuple[float, 
     return (float(quote["usd_per_gpu_hour"]), quote) if quote else (0.0, None)
 
 
+def priced_replica_gpus(snapshot: dict, candidate_key: str, tp: int, pp: int = 1) -> int:
+    """The replica size (GPUs) a result row's GPU-hour is priced at: its candidate's
+    ``tp x pp``. A disaggregated candidate carries the GPU's largest TP (its pools rent whole
+    nodes, ``planner.services``) while its row's ``tp``/``pp`` are the decode worker's, so
+    every door that shows a row's quote or prices its fleet asks here, as the runner does."""
+    if candidate_key.endswith("|disagg"):
+        for candidate in snapshot.get("candidates") or ():
+            if candidate.get("key") == candidate_key:
+                return int(candidate["tp"]) * int(candidate.get("pp") or 1)
+    return int(tp) * int(pp or 1)
+
+
 def gpus_per_node(snapshot: dict, gpu_slug: str, replica_gpus: int) -> int:
     """GPUs in one node for packing: the priced instance's GPU count, else the catalog's."""
     _, quote = gpu_price(snapshot, gpu_slug, replica_gpus)

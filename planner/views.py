@@ -31,7 +31,7 @@ from planner.forms import (
     presets,
 )
 from planner.models import CandidateResult, Scenario, ShareLink, SizingRun
-from planner.prices import price_rows, row_price_source
+from planner.prices import price_rows, result_price_source
 from planner.verdicts import run_verdict
 from pricing.quotes import label as quote_label
 
@@ -638,7 +638,7 @@ def run_body_context(run: SizingRun, chain_param) -> dict:
     estimated = False
     for row in rows:  # ttft_ms / tpot_ms are at the SLO percentile (latency_statistic)
         row.price_label = quote_label(
-            row_price_source(inputs, row.gpu_slug, row.tp * row.pp) if row.usd_per_hour else None
+            result_price_source(inputs, row) if row.usd_per_hour else None
         )
         row.ttft_at_pct, row.tpot_at_pct = row.ttft_ms, row.tpot_ms
         estimated = estimated or row.latency_source != "simulated"

@@ -12,7 +12,7 @@ from rest_framework import serializers
 from fleets.models import CalibrationProfile, GpuSku, ModelArchitecture
 from planner import scenario_io, services
 from planner.models import CandidateResult, Engine, Scenario, ShareLink, SizingRun, Tier
-from planner.prices import row_price_source
+from planner.prices import result_price_source
 from planner.selectors import latest_run
 from pricing.models import ApiTokenPrice, GpuHourPrice, PriceSheet
 from sizing.coldstart import WEIGHTS_SOURCES
@@ -398,7 +398,7 @@ class CandidateResultSerializer(serializers.ModelSerializer):
         if result.usd_per_hour is None:
             return None
         inputs = self.context.get("inputs") or {}
-        return row_price_source(inputs, result.gpu_slug, result.tp * result.pp)
+        return result_price_source(inputs, result)
 
 
 class RunSerializer(serializers.ModelSerializer):

@@ -1,5 +1,8 @@
 """The run summary's model x GPU cells say whether disaggregated prefill/decode would pay."""
 
+import csv
+import io
+
 import pytest
 
 from planner import snapshot as snap
@@ -101,3 +104,31 @@ def test_serving_disaggregation_false_leaves_them_out(catalog):
     assert run.status == "succeeded", run.error
     assert not [c for c in run.inputs["candidates"] if c.get("mode") == "disagg"]
     assert set(run.results.values_list("mode", flat=True)) == {"agg"}
+
+
+def test_a_disaggregated_row_shows_the_quote_it_was_priced_at_on_every_door(client, catalog):
+    # given a run on H100, where a 1-GPU replica and a whole node are quoted differently
+    from planner.exports import run_csv
+    from pricing.quotes import label as quote_label
+    from tests.factories import UserFactory
+
+    owner = UserFactory(username="quotes")
+    run = sizing_run_start(scenario=make_scenario(owner, **SMALL, prompt_tokens_mean=4000,
+                                                  prompt_tokens_p95=6000))  # fmt: skip
+    assert run.status == "succeeded", run.error
+    client.force_login(owner)
+    rows = client.get(f"/api/v1/runs/{run.pk}/results/", {"limit": 1000}).json()["results"]
+    [disagg] = [r for r in rows if r["mode"] == "disagg"]
+    (candidate,) = [c for c in run.inputs["candidates"] if c["key"] == disagg["candidate_key"]]
+    node, worker = candidate["tp"], disagg["tp"]
+    _, node_quote = snap.gpu_price(run.inputs, disagg["gpu_slug"], node)
+    _, worker_quote = snap.gpu_price(run.inputs, disagg["gpu_slug"], worker)
+    assert node != worker and node_quote != worker_quote  # the case this test is about
+    # then the API row names the node-size quote, the one its $/hour was computed from
+    quote = disagg["price_source"]
+    assert quote == node_quote
+    assert quote["usd_per_gpu_hour"] * disagg["gpus"] == pytest.approx(disagg["usd_per_hour"])
+    # and so does the CSV export's price_source column
+    [line] = [r for r in csv.DictReader(io.StringIO(run_csv(run)))
+              if r["mode"] == "disagg"]  # fmt: skip
+    assert line["price_source"] == quote_label(node_quote) != quote_label(worker_quote)
