@@ -42,6 +42,13 @@ MAX_STEP_DOWN = 8  # below 1/8 of the mean-value rate a replica is near idle: gi
 #: First probe, as a share of the mean-value rate: the simulated rate came out 0.3-1.1x of
 #: it on the examples (median ~0.7): tails and goodput cost capacity that means hide.
 START_OVER_MEAN_VALUE = 0.7
+#: A failing probe whose median TTFT grew more than this from the first to the last third of
+#: its measured requests is overloaded: its queue grows for the whole run, so its distance
+#: from the SLO measures the run's length, not where the SLO is met, and the search steps
+#: down (4x at most) instead of extrapolating from it. At 0.7x the analytic rate of a
+#: 32k-prompt replica one probe read a p90 TTFT of 32,000 s and the secant ended the search
+#: with "no rate meets"; 0.104 req/s met. A stable queue's median moves by a few per cent.
+OVERLOAD_GROWTH = 2.0
 #: Warm start from the analytic model: the first probe half a tolerance window below it.
 WARM_START_SHARE = 1 / (1 + REL_TOL) ** 0.5
 
@@ -64,6 +71,9 @@ class Probe:
     goodput: float
     ttft_miss_share: float
     tpot_miss_share: float
+    #: median TTFT of the last third of measured requests over the first third's (arrival
+    #: order): ~1 when the queue is stable, growing with the run when it is overloaded
+    ttft_growth: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -126,9 +136,12 @@ class Replica:
     """One candidate's replica with its workload: ``run(rate)`` simulates it (shared engine
     limits and step-time memo across the search, which is most of the cost saved)."""
 
-    def __init__(self, c, isl: LengthDist, osl: LengthDist, traffic, slo, seed: int):
+    def __init__(
+        self, c, isl: LengthDist, osl: LengthDist, traffic, slo, seed: int,
+        requests: int = SIM_REQUESTS,
+    ):  # fmt: skip
         self.c, self.isl, self.osl, self.slo, self.seed = c, isl, osl, slo, seed
-        self.traffic = traffic
+        self.traffic, self.requests = traffic, requests
         self.engine = engine_for(c, isl.mean, osl.mean)
         self.timer = RunLengthStepTimer(c, self.engine.max_num_seqs)
 
@@ -136,11 +149,11 @@ class Replica:
         workload = Workload(
             self.isl,
             self.osl,
-            requests=SIM_REQUESTS,
+            requests=self.requests,
             rate_rps=rate_rps,
             shared_prefix_tokens=self.traffic.shared_prefix_tokens,
             prefix_hit_rate=self.traffic.prefix_hit_rate,
-            warmup_requests=int(SIM_REQUESTS * WARMUP_SHARE),
+            warmup_requests=int(self.requests * WARMUP_SHARE),
             seed=self.seed,
         )
         return simulate(self.c, workload, self.engine, self.timer)
@@ -167,7 +180,18 @@ class Replica:
             goodput=r.goodput(s.ttft_ms / 1e3, s.tpot_ms / 1e3),
             ttft_miss_share=float(np.mean(ttft_ratio > 1)),
             tpot_miss_share=float(np.mean(tpot_ratio > 1)),
+            ttft_growth=_ttft_growth(r),
         )
+
+
+def _ttft_growth(r: SimResult) -> float:
+    """Median TTFT of the last third of measured requests over the first third's."""
+    ttft = r.ttft_s[r.measured]
+    third = ttft.size // 3
+    if third == 0:
+        return 1.0
+    first, last = float(np.median(ttft[:third])), float(np.median(ttft[-third:]))
+    return last / first if first > 0 else 1.0
 
 
 def _at_percentile_ms(r: SimResult, percentile: float) -> tuple[float, float]:
@@ -264,7 +288,12 @@ def _next_rate(lo, hi, probes, upper_rps: float, floor_rps: float) -> float | No
     estimate = _estimate(probes)
     window = 1 + REL_TOL
     if lo is None:  # everything failed so far: step down (at most 4x a probe) to the floor
-        if hi.rate_rps <= floor_rps * (1 + 1e-9) or (estimate is not None and estimate < floor_rps):
+        at_floor = hi.rate_rps <= floor_rps * (1 + 1e-9)
+        # the secant says no rate down to the floor meets, and the probe is near enough the
+        # SLO for its distance to mean something (an overloaded probe's is a growing queue)
+        stable = hi.ttft_growth <= OVERLOAD_GROWTH
+        hopeless = estimate is not None and estimate < floor_rps and stable
+        if at_floor or hopeless:
             return None
         guess = estimate / window if estimate else hi.rate_rps / 4
         return min(max(guess, hi.rate_rps / 4, floor_rps), hi.rate_rps / 1.25)

@@ -1,0 +1,43 @@
+"""The simulated search's step-down: when does a failing probe end the search?"""
+
+from sizing.tail_search import OVERLOAD_GROWTH, Probe, _next_rate, _ttft_growth
+
+
+def _failing(rate_rps: float, score: float, ttft_growth: float) -> Probe:
+    return Probe(rate_rps, False, score, 1e3 * score, 10.0, 0.0, 1.0, 0.0, ttft_growth)
+
+
+def test_a_stable_probe_far_above_the_slo_ends_the_search():
+    # given one failing probe whose queue is stable (its TTFT does not grow over the run) and
+    # whose distance from the SLO puts any meeting rate below the floor
+    probe = _failing(1.0, score=50.0, ttft_growth=1.02)
+    # when the search asks for the next rate, floor 0.125 (1/8 of the hint)
+    # then it gives up: no rate down to the floor meets
+    assert _next_rate(None, probe, [probe], upper_rps=4.0, floor_rps=0.125) is None
+
+
+def test_an_overloaded_probe_steps_down_instead_of_giving_up():
+    # given the same distance, but the probe's queue grew through the whole run
+    probe = _failing(1.0, score=50.0, ttft_growth=OVERLOAD_GROWTH * 3)
+    # then its score says nothing about where the SLO is met: the search steps down 4x
+    assert _next_rate(None, probe, [probe], upper_rps=4.0, floor_rps=0.125) == 0.25
+
+
+def test_a_probe_at_the_floor_ends_the_search_whatever_its_queue():
+    probe = _failing(0.125, score=50.0, ttft_growth=OVERLOAD_GROWTH * 3)
+    assert _next_rate(None, probe, [probe], upper_rps=4.0, floor_rps=0.125) is None
+
+
+def test_ttft_growth_compares_the_last_third_of_requests_with_the_first():
+    import numpy as np
+
+    from sizing.simulate import SimResult
+
+    n = 9
+    ttft = np.array([1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 4.0, 4.0, 4.0])
+    empty = np.zeros(0)
+    r = SimResult(
+        np.arange(n, dtype=float), ttft, np.ones(n), ttft + 1, np.ones(n), np.ones(n), 0, 10.0,
+        10, empty, empty, empty, empty, measured=np.ones(n, dtype=bool),
+    )  # fmt: skip
+    assert _ttft_growth(r) == 4.0
