@@ -30,6 +30,7 @@ def broker(redis_url, transactional_db, settings):
     from config.celery import app
 
     queue = f"headroom-test-{uuid.uuid4().hex[:8]}"
+    redis_url = private_redis_db(redis_url)
     old = {
         k: app.conf[k]
         for k in ("task_always_eager", "broker_url", "result_backend", "task_default_queue")
@@ -46,6 +47,19 @@ def broker(redis_url, transactional_db, settings):
     yield {"queue": queue, "redis_url": redis_url}
     app.conf.update(old)
     _forget_connections(app)
+
+
+def private_redis_db(url: str) -> str:
+    """``url`` on a Redis database of this test process's own (1 + the xdist worker's index):
+    the broker's unacknowledged-message hash is one per database, so tests in parallel
+    processes would otherwise read each other's messages (their run ids collide: each
+    process has its own test database)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{1 + index % 15}"))
 
 
 def _forget_connections(app) -> None:
