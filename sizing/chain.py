@@ -1245,8 +1245,8 @@ def _analytic_steps(model, traffic, slo, policy, i, sizing, row, op) -> list[Ste
         step(
             "analytic_max_rate_rps",
             f"largest Poisson rate with {pct} and goodput-quantile TTFT and TPOT within the "
-            "SLO (sizing/tail_model.py: TPOT at N + a z sqrt(N) in flight, TTFT = own prefill "
-            "+ M/G/1 prefill-queue wait)",
+            "SLO (sizing/tail_model.py: TPOT at N + a z sqrt(N) in flight, TTFT = front end + "
+            "own prefill + M/G/1 prefill-queue wait, the queue drained at full steps)",
             [
                 q("ttft_slo", slo.ttft_ms, "ms"),
                 q("tpot_slo", slo.tpot_ms, "ms"),
@@ -1255,6 +1255,8 @@ def _analytic_steps(model, traffic, slo, policy, i, sizing, row, op) -> list[Ste
                 q("tpot_spread a", k.tpot_spread, ""),
                 q("ttft_wait b", k.ttft_wait, ""),
                 q("ttft_base c", k.ttft_base, ""),
+                q("tpot_mix d", k.tpot_mix, ""),
+                q("tpot_busy e", k.tpot_busy, ""),
                 q("mean-value X", op.requests_per_s[i], "req/s per replica"),
             ],
             rate,

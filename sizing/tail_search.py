@@ -49,6 +49,12 @@ START_OVER_MEAN_VALUE = 0.7
 #: 32k-prompt replica one probe read a p90 TTFT of 32,000 s and the secant ended the search
 #: with "no rate meets"; 0.104 req/s met. A stable queue's median moves by a few per cent.
 OVERLOAD_GROWTH = 2.0
+#: A failing probe within this factor of the SLO never ends the search by extrapolation: near
+#: the SLO the score can be nearly flat in the rate (a goodput quantile set by the prompt mix,
+#: not the load), and a secant through two such probes points at rates far below any that
+#: fail. Llama 3.1 405B on B200 (99 % goodput): scores 1.197 and 1.193 at 1.75 and 1.67 req/s
+#: extrapolated to 0.09 req/s ("no rate meets"); 1.5 req/s meets at 12,000 requests.
+NEAR_SLO_SCORE = 2.0
 #: Warm start from the analytic model: the first probe half a tolerance window below it.
 WARM_START_SHARE = 1 / (1 + REL_TOL) ** 0.5
 
@@ -292,7 +298,8 @@ def _next_rate(lo, hi, probes, upper_rps: float, floor_rps: float) -> float | No
         # the secant says no rate down to the floor meets, and the probe is near enough the
         # SLO for its distance to mean something (an overloaded probe's is a growing queue)
         stable = hi.ttft_growth <= OVERLOAD_GROWTH
-        hopeless = estimate is not None and estimate < floor_rps and stable
+        far = hi.score > NEAR_SLO_SCORE
+        hopeless = estimate is not None and estimate < floor_rps and stable and far
         if at_floor or hopeless:
             return None
         guess = estimate / window if estimate else hi.rate_rps / 4

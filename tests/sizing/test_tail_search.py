@@ -41,3 +41,12 @@ def test_ttft_growth_compares_the_last_third_of_requests_with_the_first():
         10, empty, empty, empty, empty, measured=np.ones(n, dtype=bool),
     )  # fmt: skip
     assert _ttft_growth(r) == 4.0
+
+
+def test_a_probe_near_the_slo_never_ends_the_search_by_extrapolation():
+    # given two failing probes just over the SLO whose scores barely move with the rate
+    high, low = _failing(1.754, 1.197, 1.0), _failing(1.674, 1.193, 1.0)
+    # when the secant through them points far below the floor (0.22 req/s)
+    step = _next_rate(None, low, [high, low], upper_rps=4.0, floor_rps=0.22)
+    # then the search steps down (4x at most) instead of giving up
+    assert step == 1.674 / 4
