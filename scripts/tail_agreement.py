@@ -498,18 +498,18 @@ DISAGREEMENT = [
     "Where they disagree (33 points), in four groups. (1) 32k-token prompts under a p99 TPOT "
     "of 100 ms (6 points): the analytic rate is 10-46 % low; the busy-period widening "
     "(`tpot_busy`) that the 4k-prompt points need overshoots when each prompt is four "
-    "full-budget chunks. (2) A 20 ms TPOT, and one MoE point at p99 (7 points): 6 are "
-    "17-112 % high (MoE Qwen3-30B-A3B and Mixtral, Llama 8B on L40S), one 16 % low; these "
-    "replicas run a handful of sequences, where the batch's Poisson fluctuation "
-    "`N + a z sqrt(N)` is a poor quantile and an MoE step's cost is not linear in the batch. "
-    "(3) Goodput targets (95-99 %) with lognormal or 32k prompts (17 points), -56 % to "
-    "+112 %: the goodput quantile is the request that misses either SLO, which the model "
-    "takes as the worse of two marginal quantiles (an exact union of the two changed no "
+    "full-budget chunks. (2) A 20 ms TPOT, and one MoE point at p99 (7 points): 6 are 17-112 "
+    "% high (MoE Qwen3-30B-A3B and Mixtral, Llama 8B on L40S), one 16 % low; these replicas "
+    "run a handful of sequences, where the batch's Poisson fluctuation `N + a z sqrt(N)` is a"
+    " poor quantile and an MoE step's cost is not linear in the batch. (3) Goodput targets "
+    "(95-99 %) with lognormal or 32k prompts (17 points), -56 % to +112 %: the goodput "
+    "quantile is the request that misses either SLO, which the model takes as the worse of "
+    "two marginal quantiles (an exact union of the two, tried on a 70-point sample, moved no "
     "point). (4) A 30 s TTFT near the saturation ceiling (3 points: Qwen3 8B and 30B-A3B on "
-    "H200, Llama 8B on L40S, 4k prompts): the 12,000-request run lets the queue grow past "
-    "30 s at a rate where the analytic model, which stops at the ceiling, does not; the "
-    "sizing run's own search now fails a probe whose queue grows through the run "
-    "(`OVERLOAD_GROWTH`) and lands within 5 % of the long run there.",
+    "H200, Llama 8B on L40S, 4k prompts): the 12,000-request run lets the queue grow past 30 "
+    "s at a rate where the analytic model, which stops at the ceiling, does not; the sizing "
+    "run's own search now fails a probe whose queue grows through the run (`OVERLOAD_GROWTH`)"
+    " and lands within 5 % of the long run there.",
 ]
 
 
