@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,15 @@ def test_plan_examples_rank_and_recommend(catalog):
     table = io.StringIO()
     call_command("plan", str(ROOT / "examples" / "chat-llama70b.json"), stdout=table)
     assert "Cheapest option meeting the SLOs, per GPU" in table.getvalue()
+    # each GPU's line counts its band in what the answer is made of: a disaggregated
+    # answer's band counts both pools' workers (as its card says), an aggregated one replicas
+    lines = table.getvalue().splitlines()
+    for entry in result["per_gpu"]:
+        if not entry.get("row") or not entry["row"].get("derivation", {}).get("band"):
+            continue
+        [line] = [x for x in lines if x.startswith(f"  {entry['gpu_name']}: ")]
+        unit = "workers" if entry["row"]["mode"] == "disagg" else "replicas"
+        assert re.search(rf"; band \d+-\d+ {unit};", line), line
 
 
 def test_plan_refuses_bad_documents_naming_the_field(catalog, tmp_path):

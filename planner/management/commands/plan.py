@@ -112,7 +112,9 @@ class Command(BaseCommand):
             band = entry.get("band")
             if band:
                 low, high = band["replicas"]
-                line += f"; band {low}-{high} replicas"
+                # a disaggregated row's band counts both pools' workers, as its card says
+                unit = "workers" if best.get("mode") == "disagg" else "replicas"
+                line += f"; band {low}-{high} {unit}"
             line += f"; profile {best['profile']}"
             breakeven = (best.get("derivation") or {}).get("breakeven")
             if breakeven and breakeven.get("crossing_tokens_per_month"):
