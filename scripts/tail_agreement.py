@@ -197,13 +197,10 @@ def _reference_search(point: dict, requests: int, seed_offset: int, starts: dict
 def _starts(requests: int) -> dict:
     """Each point's answer from the longest saved reference run shorter than ``requests``
     per probe (the sizing run's own at least): where a longer search starts."""
-    shorter = [(0, OUT_JSON)] + [
-        (int(p.stem.rsplit("-", 1)[1]), p)
-        for p in OUT_JSON.parent.glob(f"{OUT_JSON.stem}-*{OUT_JSON.suffix}")
-        if p.stem.rsplit("-", 1)[1].isdigit()
-    ]
-    path = max((s for s in shorter if s[0] < requests and s[1].exists()), default=(0, None))[1]
-    saved = json.loads(path.read_text()) if path else {}
+    shorter = [r for r in saved_runs() if r < requests]
+    if not shorter:
+        return {}
+    saved = json.loads(json_path(OUT_JSON, max(shorter)).read_text())
     return {k: v.get("sim_rate_rps", 0.0) for k, v in saved.items()}
 
 
@@ -257,8 +254,9 @@ def noise_agreement(requests: int = 0) -> tuple[int, int]:
     return agree, len(pairs)
 
 
-def reference_runs() -> list[int]:
-    """Requests per probe of every saved grid run (0: the sizing run's own), fewest first."""
+def saved_runs() -> list[int]:
+    """Requests per probe of every saved grid run (0: the sizing run's own), fewest first;
+    the noise check's files (``tail-agreement-noise-N``) are not grid runs."""
     found = [0] if OUT_JSON.exists() else []
     for path in OUT_JSON.parent.glob(f"{OUT_JSON.stem}-*{OUT_JSON.suffix}"):
         tail = path.stem.rsplit("-", 1)[1]
@@ -429,7 +427,7 @@ def write_report(points: list[dict], constants, before, requests: int, sizing: d
         )
     reference = requests or SIM_REQUESTS
     noise = []
-    for r in reference_runs():
+    for r in saved_runs():
         same, count = noise_agreement(r)
         if count:
             noise.append(f"{r or SIM_REQUESTS:,} requests per probe: {same} of {count} "
@@ -539,7 +537,7 @@ def main() -> None:
         setup()
         from sizing.tail_model import DEFAULT_TAILS, TailConstants
 
-        requests = args.requests or max(reference_runs(), default=0)
+        requests = args.requests or max(saved_runs(), default=0)
         saved = json.loads(json_path(OUT_JSON, requests).read_text())
         sizing = json.loads(OUT_JSON.read_text()) if OUT_JSON.exists() else {}
         points = [p for p in saved.values() if p.get("fits")]
