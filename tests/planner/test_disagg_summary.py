@@ -16,6 +16,23 @@ pytestmark = pytest.mark.django_db
 SMALL = {"models": ["llama-3.1-8b"], "gpus": ["H100"], "precisions": ["fp8"]}
 
 
+def _signed_in_run(client, username: str):
+    """A finished run of SMALL with 4k prompts (its candidates include a disaggregated
+    layout), its owner signed in on ``client``."""
+    from tests.factories import UserFactory
+
+    owner = UserFactory(username=username)
+    run = sizing_run_start(scenario=make_scenario(owner, **SMALL, prompt_tokens_mean=4000,
+                                                  prompt_tokens_p95=6000))  # fmt: skip
+    assert run.status == "succeeded", run.error
+    client.force_login(owner)
+    return run
+
+
+def _api_rows(client, run) -> list[dict]:
+    return client.get(f"/api/v1/runs/{run.pk}/results/", {"limit": 1000}).json()["results"]
+
+
 def test_each_answered_cell_compares_disaggregation_with_its_aggregated_layout(catalog):
     # given a finished run (one model on one GPU)
     run = sizing_run_start(
@@ -51,12 +68,7 @@ def test_each_answered_cell_compares_disaggregation_with_its_aggregated_layout(c
 
 
 def test_the_run_page_shows_the_pools_in_each_cell(client, catalog):
-    from tests.factories import UserFactory
-
-    owner = UserFactory(username="pools")
-    run = sizing_run_start(scenario=make_scenario(owner, **SMALL, prompt_tokens_mean=4000,
-                                                  prompt_tokens_p95=6000))  # fmt: skip
-    client.force_login(owner)
+    run = _signed_in_run(client, "pools")
     page = client.get(f"/runs/{run.pk}/").content.decode()
     [cell] = run.summary["per_model"][0]["per_gpu"]
     d = cell["disaggregation"]
@@ -68,14 +80,8 @@ def test_the_run_page_shows_the_pools_in_each_cell(client, catalog):
 
 def test_disaggregated_candidates_are_ranked_rows_with_their_pools(client, catalog):
     # given a run of one model on one GPU (its candidates include a disaggregated layout)
-    from tests.factories import UserFactory
-
-    owner = UserFactory(username="ranked")
-    run = sizing_run_start(scenario=make_scenario(owner, **SMALL, prompt_tokens_mean=4000,
-                                                  prompt_tokens_p95=6000))  # fmt: skip
-    assert run.status == "succeeded", run.error
-    client.force_login(owner)
-    rows = client.get(f"/api/v1/runs/{run.pk}/results/", {"limit": 1000}).json()["results"]
+    run = _signed_in_run(client, "ranked")
+    rows = _api_rows(client, run)
     # then each API row says its mode; the disaggregated one carries its pools and transfer
     [disagg] = [r for r in rows if r["mode"] == "disagg"]
     assert {r["mode"] for r in rows} == {"agg", "disagg"}
@@ -110,14 +116,9 @@ def test_a_disaggregated_row_shows_the_quote_it_was_priced_at_on_every_door(clie
     # given a run on H100, where a 1-GPU replica and a whole node are quoted differently
     from planner.exports import run_csv
     from pricing.quotes import label as quote_label
-    from tests.factories import UserFactory
 
-    owner = UserFactory(username="quotes")
-    run = sizing_run_start(scenario=make_scenario(owner, **SMALL, prompt_tokens_mean=4000,
-                                                  prompt_tokens_p95=6000))  # fmt: skip
-    assert run.status == "succeeded", run.error
-    client.force_login(owner)
-    rows = client.get(f"/api/v1/runs/{run.pk}/results/", {"limit": 1000}).json()["results"]
+    run = _signed_in_run(client, "quotes")
+    rows = _api_rows(client, run)
     [disagg] = [r for r in rows if r["mode"] == "disagg"]
     (candidate,) = [c for c in run.inputs["candidates"] if c["key"] == disagg["candidate_key"]]
     node, worker = candidate["tp"], disagg["tp"]
