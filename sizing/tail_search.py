@@ -299,8 +299,9 @@ def _next_rate(lo, hi, probes, upper_rps: float, floor_rps: float) -> float | No
     window = 1 + REL_TOL
     if lo is None:  # everything failed so far: step down (at most 4x a probe) to the floor
         at_floor = hi.rate_rps <= floor_rps * (1 + 1e-9)
-        # the secant says no rate down to the floor meets, and the probe is near enough the
-        # SLO for its distance to mean something (an overloaded probe's is a growing queue)
+        # give up when the secant says no rate down to the floor meets and the probe's
+        # distance means something: its queue is stable (an overloaded probe's distance is a
+        # growing queue) and it is far from the SLO (near it the score can be flat in rate)
         stable = hi.ttft_growth <= OVERLOAD_GROWTH
         far = hi.score > NEAR_SLO_SCORE
         hopeless = estimate is not None and estimate < floor_rps and stable and far
