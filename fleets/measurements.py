@@ -72,6 +72,9 @@ CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 MEASURED_CSV = CATALOG_DIR / "measured.csv"
 MEASURED_CONCURRENCY_CSV = CATALOG_DIR / "measured-concurrency.csv"
 SHIPPED_FILES = (MEASURED_CSV, MEASURED_CONCURRENCY_CSV)
+#: InferenceX's launch configurations of the disaggregated runs (one row per search-space
+#: entry: pools, concurrencies and the recipe whose name carries the decode batch)
+DISAGG_RECIPES_CSV = CATALOG_DIR / "disagg-recipes.csv"
 
 COLUMNS = (
     "source",
@@ -1301,3 +1304,70 @@ def disaggregated_layout(notes: str) -> dict[str, dict[str, int]] | None:
             layout = {"tp": per_worker, "dp": 1, "ep": min(ep, per_worker)}
         out[pool] = {"workers": workers, "pp": 1, **layout}
     return out
+
+
+# ---------------------------------------------------------------- disaggregated recipes
+RecipeKey = tuple[str, str, str, int, int, tuple[int, int, bool], tuple[int, int, bool], int]
+
+
+def _pool_key(pool: Mapping[str, int]) -> tuple[int, int, bool]:
+    """(workers, GPUs per worker, attention-DP) of a pool as ``disaggregated_layout`` reads it."""
+    return pool["workers"], pool["tp"] * pool["dp"], pool["dp"] > 1
+
+
+def recipe_decode_batches(path: Path = DISAGG_RECIPES_CSV) -> dict[RecipeKey, set[int]]:
+    """Decode max batch per attention-DP rank of each launched configuration.
+
+    Read from ``disagg-recipes.csv`` (InferenceX ``.github/configs/nvidia-master.yaml``: each
+    search-space entry names a recipe such as ``ctx1_gen4_tep8_batch8_eplb0_mtp0``, whose
+    ``batch8`` is the decode worker's ``max_batch_size`` per rank). Key: (engine family, gpu,
+    precision, isl, osl, prefill pool, decode pool, concurrency), pools as ``_pool_key``;
+    non-speculative entries with a whole-number batch only.
+    """
+    out: dict[RecipeKey, set[int]] = defaultdict(set)
+    if not path.exists():
+        return out
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            batch = (row.get("decode_batch_per_rank") or "").strip()
+            if row["spec_decoding"] != "none" or not batch.isdigit():
+                continue
+            family = "trtllm" if "trt" in row["framework"] else "sglang"
+            pools = tuple(
+                (int(row[f"{p}_workers"]), int(row[f"{p}_tp"]),
+                 row[f"{p}_dp_attn"].strip().lower() == "true")
+                for p in ("prefill", "decode")
+            )  # fmt: skip
+            gpu, precision = row["gpu"].strip().lower(), row["precision"].strip().lower()
+            for conc in row["conc_list"].split():
+                key = (family, gpu, precision, int(row["isl"]), int(row["osl"]), *pools, int(conc))
+                out[key].add(int(batch))
+    return out
+
+
+def decode_max_batch(
+    batches: Mapping[RecipeKey, set[int]],
+    family: str,
+    gpu_slug: str,
+    precision: str,
+    isl: int,
+    osl: int,
+    layout: Mapping[str, Mapping[str, int]],
+    concurrency: int,
+) -> int:
+    """The recipe's decode batch per rank for one measured row; 0 when no entry says, or
+    entries disagree. A one-GPU worker matches an entry with or without attention-DP (the
+    flag changes nothing there). ``gpu_slug`` "h100_sxm" matches the recipes' "h100"."""
+    choices = []
+    for pool in ("prefill", "decode"):
+        workers, per_worker, dpa = _pool_key(layout[pool])
+        flags = (dpa,) if per_worker > 1 else (True, False)
+        choices.append([(workers, per_worker, flag) for flag in flags])
+    found: set[int] = set()
+    gpu = gpu_slug.split("_")[0]
+    for p_key in choices[0]:
+        for d_key in choices[1]:
+            found |= batches.get(
+                (family, gpu, precision, isl, osl, p_key, d_key, concurrency), set()
+            )
+    return found.pop() if len(found) == 1 else 0

@@ -478,6 +478,7 @@ def _predict_disagg(parsed: list, good: list[int], calibration_for) -> dict[int,
         layerwise_overlap=np.array([d.layerwise_overlap for d in layouts]),
         expert_precision=[r.expert_precision or None for r in rows],
         prefill_wait_scale=np.array([fit.wait_scale for fit in fits]),
+        slot_wait_scale=np.array([fit.slot_wait_scale for fit in fits]),
     )
     columns = {c: getattr(p, c).tolist() for c in OUTPUT + DISAGG_OUTPUT if c != "profile"}
     columns["profile"] = [label for _, label in profiles]

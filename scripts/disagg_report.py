@@ -61,11 +61,17 @@ def _setup_django() -> None:
 def disagg_points():
     """(points, left out as (row id, reason)) from the shipped disaggregated rows."""
     from fleets.calibration import CatalogSpecs, profile_selector
-    from fleets.measurements import disaggregated_layout, read_shipped_measurements
+    from fleets.measurements import (
+        decode_max_batch,
+        disaggregated_layout,
+        read_shipped_measurements,
+        recipe_decode_batches,
+    )
     from sizing.calibrate import engine_release
     from sizing.disagg import DISAGG_METRICS, DisaggPoint
 
     rows, _ = read_shipped_measurements()
+    batches = recipe_decode_batches()
     specs = CatalogSpecs()
     select = profile_selector()
     points, left_out = [], []
@@ -99,6 +105,8 @@ def disagg_points():
         release = engine_release(row.engine_family, row.engine, row.source_version)
         calibration, _ = select(gpu_slug, row.engine_family, row.weight_precision, release)
         group = f"{gpu_slug} {row.engine_family} {row.weight_precision} {row.isl}/{row.osl}"
+        batch = decode_max_batch(batches, row.engine_family, gpu_slug, row.weight_precision,
+                                 row.isl, row.osl, layout, int(row.concurrency))  # fmt: skip
         points.append(
             DisaggPoint(
                 model=model,
@@ -116,6 +124,7 @@ def disagg_points():
                 calibration=calibration,
                 group=group,
                 row_id=row.row_id,
+                decode_max_batch=batch,
             )
         )
     disagg_points.adjusted = adjusted

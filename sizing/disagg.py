@@ -440,6 +440,20 @@ def decode_tpot_s(cd: CandidateArrays, batch_per_rank: np.ndarray, isl, osl) -> 
 
 
 # ============================================================================ predict
+def slot_queue_s(little_s: np.ndarray, slot_bound: np.ndarray, scale: Any) -> np.ndarray:
+    """Wait for a decode slot (s): ``scale * little_s`` where every slot is taken, else
+    ``little_s`` (the queue behind a saturated prefill pool or link, unscaled).
+
+    ``little_s = C / X - osl * TPOT - base`` is the closed loop's mean wait (Little's law with
+    the slots full). Closed-loop clients re-arrive in waves: a batch admitted together
+    finishes together, so most requests queue only behind the rest of their own wave and
+    the *median* wait is a fraction of the mean. That fraction is the fitted
+    ``slot_wait_scale`` (1: the mean). Example: 36 clients on 32 slots with an 80 s
+    residence wait ``(36/32 - 1) * 80 = 10`` s on average; a scale of 0.4 gives a 4 s median.
+    """
+    return np.where(slot_bound, np.asarray(scale, dtype=np.float64) * little_s, little_s)
+
+
 def _largest_batch_within(rate_of, cap: np.ndarray, b_max: np.ndarray) -> np.ndarray:
     """Largest ``b <= b_max`` with ``rate_of(b) <= cap`` (rate increasing in b; log bisection
     from 1e-3), ``b_max`` where even it stays within the cap."""
@@ -483,6 +497,11 @@ class DisaggPredictions:
     link_utilization: np.ndarray
     link_wait_s: np.ndarray
     queue_s: np.ndarray
+    #: the closed loop's mean wait beyond the pools (Little), whether every decode slot is
+    #: taken, and the fitted scale turning the slot wait's mean into the median
+    little_queue_s: np.ndarray
+    slot_bound: np.ndarray
+    slot_wait_scale: np.ndarray
     batch_per_rank: np.ndarray
     batch_max_per_rank: np.ndarray
     prefill_candidates: CandidateArrays = field(repr=False)
@@ -551,6 +570,7 @@ def predict_disagg(
     layerwise_overlap: Any = False,
     expert_precision: Any = None,
     prefill_wait_scale: Any = 1.0,
+    slot_wait_scale: Any = 1.0,
 ) -> DisaggPredictions:
     """Closed-loop TTFT, TPOT and throughput of n disaggregated deployments at once.
 
@@ -562,6 +582,8 @@ def predict_disagg(
         (every decode rank full, capped by the prefill pool's capacity)
     link, layerwise_overlap : see ``DisaggLayout``
     prefill_wait_scale : fitted scale of the prefill-queue wait (1: M/D/1 as is)
+    slot_wait_scale : fitted scale of the wait for a decode slot when every slot is taken
+        (1: Little's mean ``C / X - osl * TPOT``; a median is shorter, see ``slot_queue_s``)
     Other parameters as ``chain.predict_rows``.
 
     Returns
@@ -632,8 +654,11 @@ def predict_disagg(
     other_bound = b_cap < b_max
     base = np.where(other_bound & full & ~blank, ttft - pre.wait_s(rho), ttft)
     closed = np.where(full & ~blank, target / x - osl_a * tpot, base)
-    ttft_total = np.maximum(closed, base)
-    queue = ttft_total - base
+    slot_bound = full & ~blank & ~other_bound
+    little = np.maximum(closed, base) - base
+    slot_scale = np.broadcast_to(np.asarray(slot_wait_scale, dtype=np.float64), (n,))
+    queue = slot_queue_s(little, slot_bound, slot_scale)
+    ttft_total = base + queue
     nan = np.nan
     x = np.where(ok, x, 0.0)
     prefill_gpus = x_workers * cp.gpus_per_instance
@@ -660,6 +685,9 @@ def predict_disagg(
         link_utilization=u,
         link_wait_s=link_wait,
         queue_s=queue,
+        little_queue_s=little,
+        slot_bound=slot_bound,
+        slot_wait_scale=slot_scale,
         batch_per_rank=b,
         batch_max_per_rank=b_max,
         prefill_candidates=cp,
@@ -775,6 +803,18 @@ def disagg_steps(p: DisaggPredictions, i: int) -> list[Step]:
         ),
     ]
     s += staged(STAGE_DECODE, decode)
+    if p.slot_bound[i]:
+        s += staged(STAGE_DECODE, [step(
+            "slot_queue_ms",
+            "scale * little * 1e3",
+            [
+                q("scale", p.slot_wait_scale[i], "fitted slot_wait_scale (median over mean)"),
+                q("little", p.little_queue_s[i], "s: C / X - osl * TPOT - the other terms"),
+            ],
+            p.queue_s[i] * 1e3,
+            "ms",
+            "every decode slot is taken: clients beyond them wait, most behind their own wave",
+        )])  # fmt: skip
     ttft = step(
         "ttft_ms",
         "(frontend + wait_p + prefill_s + transfer + link_wait + queue) * 1e3",
@@ -1253,6 +1293,7 @@ DISAGG_CONSTANTS = (
     "eta_flop_prefill_scale",
     "prefill_wait_scale",
     "frontend_latency_s",
+    "slot_wait_scale",
 )
 DISAGG_PRIOR = {
     "eta_mem_scale": 1.0,
@@ -1260,6 +1301,7 @@ DISAGG_PRIOR = {
     "eta_flop_prefill_scale": 1.0,
     "prefill_wait_scale": 1.0,
     "frontend_latency_s": 0.02,
+    "slot_wait_scale": 1.0,
 }
 DISAGG_BOUNDS = {
     "eta_mem_scale": (0.2, 5.0),
@@ -1267,6 +1309,7 @@ DISAGG_BOUNDS = {
     "eta_flop_prefill_scale": (0.1, 5.0),
     "prefill_wait_scale": (0.01, 100.0),
     "frontend_latency_s": (1e-3, 2.0),
+    "slot_wait_scale": (0.02, 2.0),
 }
 DISAGG_METRICS = ("ttft_ms", "tpot_ms")
 
@@ -1293,6 +1336,9 @@ class DisaggPoint:
     calibration: Calibration = Calibration()
     group: str = ""
     row_id: str = ""
+    #: the decode worker's max batch per attention-DP rank as the run's recipe set it
+    #: (TRT-LLM ``max_batch_size``); 0 where not stated (the engine default ``max_num_seqs``)
+    decode_max_batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -1306,6 +1352,10 @@ class DisaggFit:
     @property
     def wait_scale(self) -> float:
         return float(self.values["prefill_wait_scale"])
+
+    @property
+    def slot_wait_scale(self) -> float:
+        return float(self.values.get("slot_wait_scale", DISAGG_PRIOR["slot_wait_scale"]))
 
     def calibrate(self, base: Calibration) -> Calibration:
         """The aggregated profile with this fit applied (efficiencies capped at 1)."""
@@ -1331,7 +1381,8 @@ def fits_from_json(payload: dict) -> dict[str, DisaggFit]:
     """``{engine: DisaggFit}`` from the fixture ``scripts/disagg_report.py`` writes."""
     out = {}
     for engine, entry in (payload.get("fits") or {}).items():
-        values = {k: float(entry[k]) for k in DISAGG_CONSTANTS}
+        # a constant the fixture predates keeps its prior
+        values = {k: float(entry.get(k, DISAGG_PRIOR[k])) for k in DISAGG_CONSTANTS}
         out[engine] = DisaggFit(engine, values, int(entry.get("points", 0)))
     return out
 
@@ -1347,6 +1398,14 @@ def fit_key(engine: str, gpu_name: str = "") -> str:
 def fit_for(fits: dict, engine: str, gpu_name: str) -> DisaggFit:
     """The GPU x engine fit, else the engine's, else the prior (``UNFITTED``)."""
     return fits.get(fit_key(engine, gpu_name)) or fits.get(engine) or UNFITTED
+
+
+def _point_engine(p: DisaggPoint) -> EngineSettings:
+    """The point's engine; a stated decode max batch caps each rank's running sequences
+    (``max_num_seqs``), so clients beyond the slots wait for one (closed loop)."""
+    if p.decode_max_batch > 0:
+        return EngineSettings(engine=p.engine, max_num_seqs=int(p.decode_max_batch))
+    return EngineSettings(engine=p.engine)
 
 
 def predict_points(points: Sequence[DisaggPoint], fits: dict | None = None) -> np.ndarray:
@@ -1372,9 +1431,10 @@ def predict_points(points: Sequence[DisaggPoint], fits: dict | None = None) -> n
         np.array([p.isl for p in points]),
         np.array([p.osl for p in points]),
         np.array([p.concurrency for p in points]),
-        engine=[EngineSettings(engine=p.engine) for p in points],
+        engine=[_point_engine(p) for p in points],
         calibration=cals,
         prefill_wait_scale=np.array([f.wait_scale for f in chosen]),
+        slot_wait_scale=np.array([f.slot_wait_scale for f in chosen]),
     )
     is_ttft = np.array([p.metric == "ttft_ms" for p in points])
     value = np.where(is_ttft, out.ttft_ms, out.tpot_ms)

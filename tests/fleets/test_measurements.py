@@ -520,3 +520,69 @@ def test_every_shipped_disaggregated_api_row_states_its_pools():
         assert r.num_gpus == sum(
             p["workers"] * p["tp"] * p["pp"] * p["dp"] for p in layout.values()
         )
+
+
+# ---------------------------------------------------------------- disaggregated recipes
+RECIPE_HEADER = (
+    "config_key,framework,precision,gpu,image,isl,osl,spec_decoding,prefill_workers,prefill_tp,"
+    "prefill_ep,prefill_dp_attn,decode_workers,decode_tp,decode_ep,decode_dp_attn,"
+    "decode_batch_per_rank,conc_list,config_file,source_commit\n"
+)
+
+
+def _recipes(tmp_path, *rows):
+    path = tmp_path / "recipes.csv"
+    path.write_text(RECIPE_HEADER + "".join(r + "\n" for r in rows))
+    return m.recipe_decode_batches(path)
+
+
+def test_a_recipe_gives_the_decode_batch_of_its_pools_and_concurrencies(tmp_path):
+    # given the GB300 FP8 1k/8k entry "ctx1_gen4_tep8_batch8" run at 4 and 36 clients
+    batches = _recipes(
+        tmp_path,
+        "k,dynamo-trt,fp8,gb300,img,1024,8192,none,1,4,4,true,4,8,8,false,8,4 36,"
+        "recipes/ctx1_gen4_tep8_batch8_eplb0_mtp0.yaml,abc",
+        "k,dynamo-trt,fp8,gb300,img,1024,8192,mtp,1,4,4,true,4,8,8,false,1,36,mtp.yaml,abc",
+    )
+    # and the measured row's pools as the notes read them (prefill DP-attention over 4 GPUs)
+    layout = m.disaggregated_layout(
+        "prefill 4 GPUs (1 worker(s), TP4 EP4, DP-attention), decode 32 GPUs (4 worker(s), TP8 EP8)"
+    )
+    # then the non-speculative entry's batch applies at a listed concurrency only
+    args = ("trtllm", "gb300", "fp8", 1024, 8192, layout)
+    assert m.decode_max_batch(batches, *args, 36) == 8
+    assert m.decode_max_batch(batches, *args, 4) == 8
+    assert m.decode_max_batch(batches, *args, 64) == 0
+    # another GPU, engine or length: no entry
+    assert m.decode_max_batch(batches, "sglang", "gb300", "fp8", 1024, 8192, layout, 36) == 0
+    assert m.decode_max_batch(batches, "trtllm", "gb200", "fp8", 1024, 8192, layout, 36) == 0
+
+
+def test_recipes_that_disagree_or_name_no_batch_give_none(tmp_path):
+    batches = _recipes(
+        tmp_path,
+        "k,dynamo-trt,fp8,h100,img,1024,1024,none,1,8,8,false,2,8,8,false,16,64,a.yaml,abc",
+        "k,dynamo-trt,fp8,h100,img,1024,1024,none,1,8,8,false,2,8,8,false,32,64,b.yaml,def",
+        "k,dynamo-sglang,fp8,h100,img,1024,1024,none,1,8,8,false,2,8,8,false,,64,,abc",
+    )
+    tp8 = {"workers": 1, "tp": 8, "pp": 1, "ep": 8, "dp": 1}
+    layout = {"prefill": tp8, "decode": {**tp8, "workers": 2}}
+    # two versions of the entry say 16 and 32: the row keeps the engine default
+    assert m.decode_max_batch(batches, "trtllm", "h100_sxm", "fp8", 1024, 1024, layout, 64) == 0
+    assert m.decode_max_batch(batches, "sglang", "h100_sxm", "fp8", 1024, 1024, layout, 64) == 0
+
+
+def test_the_shipped_recipes_cover_most_disaggregated_trtllm_rows():
+    batches = m.recipe_decode_batches()
+    rows, _ = m.read_shipped_measurements()
+    matched = total = 0
+    for row in rows:
+        layout = m.disaggregated_layout(row.notes) if row.disaggregated else None
+        if layout is None or row.engine_family != "trtllm" or row.speculative:
+            continue
+        total += 1
+        slug = "h100_sxm" if row.gpu.startswith("H100") else row.gpu.split()[0].lower()
+        batch = m.decode_max_batch(batches, "trtllm", slug, row.weight_precision, row.isl,
+                                   row.osl, layout, int(row.concurrency))  # fmt: skip
+        matched += batch > 0
+    assert total > 100 and matched / total > 0.8, (matched, total)

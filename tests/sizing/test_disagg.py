@@ -22,7 +22,9 @@ from sizing.disagg import (
     predict_disagg,
     prefill_pool,
     size_pools,
+    slot_queue_s,
 )
+from sizing.specs import EngineSettings
 from tests.sizing.specs_catalog import B200, DEEPSEEK_V3, H100, L40S, LLAMA_70B
 
 TP4 = dict(workers=1, tp=4, pp=1, ep=1, dp=1)
@@ -150,6 +152,42 @@ def test_ttft_is_queueing_plus_prefill_plus_transfer():
     parts = pre.prefill_s[0] + p.prefill_wait_s[0] + t.exposed_s[0] + p.link_wait_s[0]
     assert p.ttft_ms[0] == pytest.approx(parts * 1e3)
     assert p.kv_transfer_ms[0] == pytest.approx(9.851953, abs=1e-6)
+
+
+def test_slot_queue_scales_only_the_wait_for_a_taken_slot():
+    little = np.array([10.0, 10.0])
+    # 36 clients on 32 slots with an 80 s residence: Little's mean (36/32 - 1) * 80 = 10 s;
+    # a median scale of 0.4 gives 4 s, and a queue behind the prefill pool stays as it is
+    out = slot_queue_s(little, np.array([True, False]), 0.4)
+    assert out.tolist() == pytest.approx([4.0, 10.0])
+
+
+def test_clients_beyond_the_decode_slots_wait_for_one():
+    # given 1 prefill + 1 decode TP4 worker whose decode rank runs at most 8 sequences
+    engine = EngineSettings(max_num_seqs=8)
+    args = (LLAMA_70B, H100, TP4, TP4, "bf16", None, 1024, 512)
+    mean = predict_disagg(*args, 36, engine=engine)
+    # then the batch is the 8 slots, every slot taken, and at scale 1 the other 28 clients
+    # wait Little's mean: C = X (TTFT + osl TPOT) with X = 8 / (osl TPOT)
+    assert mean.batch_per_rank[0] == pytest.approx(8.0)
+    assert mean.slot_bound[0]
+    x = mean.requests_per_s[0]
+    assert x == pytest.approx(8 / (512 * mean.tpot_ms[0] / 1e3), rel=1e-9)
+    residence = (mean.ttft_ms[0] + 512 * mean.tpot_ms[0]) / 1e3
+    assert x * residence == pytest.approx(36, rel=1e-9)
+    # (36 / 8 - 1) residences of the 8 running requests, less what TTFT already holds
+    base_s = mean.ttft_ms[0] / 1e3 - mean.queue_s[0]
+    assert mean.queue_s[0] == pytest.approx(36 / x - 512 * mean.tpot_ms[0] / 1e3 - base_s)
+    # a fitted median scale of 0.4 keeps the rate and TPOT and shortens only that wait
+    median = predict_disagg(*args, 36, engine=engine, slot_wait_scale=0.4)
+    assert median.requests_per_s[0] == pytest.approx(x, rel=1e-12)
+    assert median.queue_s[0] == pytest.approx(0.4 * mean.queue_s[0], rel=1e-12)
+    assert median.ttft_ms[0] == pytest.approx((base_s + 0.4 * mean.queue_s[0]) * 1e3)
+    _check_formulas(median.derivation(0))
+    assert "slot_queue_ms" in {st.name for st in median.derivation(0)}
+    # with room for every client no slot is waited for and the scale changes nothing
+    roomy = predict_disagg(*args, 36, engine=EngineSettings(max_num_seqs=64), slot_wait_scale=0.4)
+    assert not roomy.slot_bound[0] and roomy.queue_s[0] == 0.0
 
 
 def test_more_prefill_workers_cut_ttft_and_leave_tpot_alone_at_low_load():
