@@ -131,3 +131,17 @@ def test_columns_the_pools_do_not_model_are_refused_not_ignored(catalog, tmp_pat
     named = column.split(",")[0]
     assert rows[0]["fits"] == "false" and named in rows[0]["reason"], rows[0]["reason"]
     assert rows[1]["fits"] == "true"
+
+
+def test_max_num_seqs_caps_each_decode_rank_and_the_clients_beyond_wait(catalog, tmp_path):
+    # given 36 clients on 1 prefill + 1 decode TP4 worker of Llama 70B on H100
+    header = HEADER.strip() + ",max_num_seqs\n"
+    row = "Llama-3.1-70B,H100,,,,,bf16,,1024,512,36,vllm,disagg,1,4,1,1,1,1,4,1,1,1,{}\n"
+    rows = predict(tmp_path, row.format(8) + row.format(64), header)
+    slots, roomy = rows
+    assert slots["fits"] == roomy["fits"] == "true"
+    # when the decode rank runs at most 8 sequences, the other 28 clients wait for a slot:
+    # TTFT grows several times, TPOT falls (a smaller batch steps faster), throughput falls
+    assert float(slots["ttft_ms"]) > 5 * float(roomy["ttft_ms"])
+    assert float(slots["tpot_ms"]) < float(roomy["tpot_ms"])
+    assert float(slots["total_output_tok_s"]) < float(roomy["total_output_tok_s"])
