@@ -19,13 +19,13 @@ import numpy as np
 from sizing.memory import fit_memory
 from sizing.operating import closed_loop
 from sizing.simulate import (
-    EXACT_BELOW,
     GRID_PER_OCTAVE,
     PREFILL_GRID_PER_OCTAVE,
     LengthDist,
     SimResult,
     StepTimer,
     Workload,
+    context_cell,
     engine_for,
     meets_slo,
     simulate,
@@ -123,19 +123,9 @@ class RunLengthStepTimer(StepTimer):
             self._key(pre, PREFILL_GRID_PER_OCTAVE),
             self._key(p_eq, PREFILL_GRID_PER_OCTAVE),
         )
-        low, high = _context_cell(key[0])
+        low, high = context_cell(key[0])
         self._last = (pre, p_eq, low, high, self.rows[key])
         return value
-
-
-def _context_cell(k: int) -> tuple[float, float]:
-    """Open interval of contexts that surely map to key ``k`` (a hair inside the rounding
-    edges, where float ties could go either way)."""
-    if k <= EXACT_BELOW:
-        return k - 0.49, min(k + 0.49, EXACT_BELOW)
-    m = k - EXACT_BELOW - 1
-    low = max(2.0 ** ((m - 0.49) / GRID_PER_OCTAVE), EXACT_BELOW + 1e-9)
-    return low, 2.0 ** ((m + 0.49) / GRID_PER_OCTAVE)
 
 
 class Replica:
