@@ -220,6 +220,20 @@ CONTEXT_BLOCK = 32
 BLOCK_ELEMENTS = 8192
 
 
+def grid_key(x: float, per_octave: int) -> int:
+    """The memo's key of ``x``: itself up to ``EXACT_BELOW``, then its log-grid cell."""
+    if x <= EXACT_BELOW:
+        return int(round(x))
+    return EXACT_BELOW + 1 + int(round(math.log2(x) * per_octave))
+
+
+def grid_value(k: int, per_octave: int) -> float:
+    """The value a key stands for (the cell's centre on the log grid)."""
+    if k <= EXACT_BELOW:
+        return float(k)
+    return 2.0 ** ((k - EXACT_BELOW - 1) / per_octave)
+
+
 class StepTimer:
     """Memoised ``decode_step(c, n_dec, ctx, pre, p_eq).step_s`` for one candidate row (s).
 
@@ -234,49 +248,55 @@ class StepTimer:
         if len(c) != 1:
             raise ValueError("StepTimer takes a single candidate row")
         self.c = c
+        self.core_c = c.scalar_row()  # the same numbers for the core, at less cost per call
         self.decodes = np.arange(max_decodes + 1, dtype=np.float64)
         self.context_block = context_block
         self.rows: dict[tuple[int, int, int], list[float]] = {}
         #: (context block, prompt-token key, p_eq key) -> step times [context cell, decodes]
         self.blocks: dict[tuple[int, int, int], np.ndarray] = {}
+        self.edges: dict[int, tuple[float, float]] = {}  # context key -> context_cell
         self.core_calls = 0
 
-    @staticmethod
-    def _key(x: float, per_octave: int) -> int:
-        if x <= EXACT_BELOW:
-            return int(round(x))
-        return EXACT_BELOW + 1 + int(round(math.log2(x) * per_octave))
+    _key = staticmethod(grid_key)
+    _value = staticmethod(grid_value)
 
-    @staticmethod
-    def _value(k: int, per_octave: int) -> float:
-        if k <= EXACT_BELOW:
-            return float(k)
-        return 2.0 ** ((k - EXACT_BELOW - 1) / per_octave)
+    def key(self, ctx_mean: float, pre: float, p_eq: float) -> tuple[int, int, int]:
+        """The memo cell of these inputs (see the module docstring)."""
+        return (
+            grid_key(ctx_mean, GRID_PER_OCTAVE),
+            grid_key(pre, PREFILL_GRID_PER_OCTAVE),
+            grid_key(p_eq, PREFILL_GRID_PER_OCTAVE),
+        )
 
     def step_s(self, n_dec: int, ctx_mean: float, pre: float, p_eq: float) -> float:
         """Step time (s) of ``n_dec`` decodes at mean context ``ctx_mean`` plus ``pre`` prompt
         tokens whose prefill attention is that of a ``p_eq``-token prompt."""
-        key = (
-            self._key(ctx_mean, GRID_PER_OCTAVE),
-            self._key(pre, PREFILL_GRID_PER_OCTAVE),
-            self._key(p_eq, PREFILL_GRID_PER_OCTAVE),
-        )
+        return self.row(self.key(ctx_mean, pre, p_eq), n_dec)[n_dec]
+
+    def row(self, key: tuple[int, int, int], n_dec: int) -> list[float]:
+        """The cell's step times by decode count, at least ``n_dec + 1`` of them."""
         row = self.rows.get(key)
         if row is None or n_dec >= len(row):
             row = self._fill(key, n_dec)
-        return row[n_dec]
+        return row
 
     def decode_cell(self, n_dec: int, ctx_mean: float) -> tuple[float, float]:
         """``step_s(n_dec, ctx_mean, 0, 0.0)`` and a context below which, from ``ctx_mean`` up,
         every decode-only step of ``n_dec`` sequences has that same time (its grid cell's upper
         edge, a hair inside): a decode run's context only grows, so it asks again only when it
         leaves the cell."""
-        k = self._key(ctx_mean, GRID_PER_OCTAVE)
-        key = (k, 0, 0)  # no prompt tokens: both prefill keys are 0
-        row = self.rows.get(key)
+        k = grid_key(ctx_mean, GRID_PER_OCTAVE)
+        row = self.rows.get((k, 0, 0))  # no prompt tokens: both prefill keys are 0
         if row is None or n_dec >= len(row):
-            row = self._fill(key, n_dec)
-        return row[n_dec], context_cell(k)[1]
+            row = self._fill((k, 0, 0), n_dec)
+        return row[n_dec], self.context_edges(k)[1]
+
+    def context_edges(self, k: int) -> tuple[float, float]:
+        """``context_cell(k)``, remembered (two powers per cell otherwise)."""
+        edges = self.edges.get(k)
+        if edges is None:
+            edges = self.edges[k] = context_cell(k)
+        return edges
 
     def _fill(self, key: tuple[int, int, int], n_dec: int) -> list[float]:
         """The cell's row of step times for 0..n decodes, n the next power of two above
@@ -298,11 +318,12 @@ class StepTimer:
 
     def _core(self, first: int, width: int, pre_k: int, p_k: int, length: int) -> np.ndarray:
         """Step times of context cells ``first..first + width - 1`` x decodes ``0..length-1``."""
-        ctx = np.array([self._value(k, GRID_PER_OCTAVE) for k in range(first, first + width)])
-        pre_v = self._value(pre_k, PREFILL_GRID_PER_OCTAVE)
-        p_v = self._value(p_k, PREFILL_GRID_PER_OCTAVE)
+        ctx = np.array([grid_value(k, GRID_PER_OCTAVE) for k in range(first, first + width)])
+        pre_v = grid_value(pre_k, PREFILL_GRID_PER_OCTAVE)
+        p_v = grid_value(p_k, PREFILL_GRID_PER_OCTAVE)
         self.core_calls += 1
-        step = decode_step(self.c, self.decodes[None, :length], ctx[:, None], pre_v, p_v).step_s
+        decodes = self.decodes[None, :length]
+        step = decode_step(self.core_c, decodes, ctx[:, None], pre_v, p_v).step_s
         return np.broadcast_to(step, (width, length))
 
 

@@ -324,3 +324,16 @@ def test_block_filled_simulation_equals_one_cell_per_core_call():
     for name in ("ttft_s", "tpot_s", "e2e_s", "series_t_s", "queue_len", "kv_used_fraction"):
         assert np.array_equal(getattr(fast, name), getattr(plain, name), equal_nan=True), name
     assert (fast.steps, fast.preemptions) == (plain.steps, plain.preemptions)
+
+
+@pytest.mark.parametrize("name", ["dense", "tp4 pp2", "moe", "speculative"])
+def test_the_core_gives_a_scalar_row_the_rows_own_numbers(name):
+    # given one candidate row and the same row as numpy scalars (what the timer's core uses)
+    c = _varied_candidates()[name]
+    decodes, ctx = np.arange(70.0)[None, :], np.array([0.0, 5.0, 700.0, 9000.0])[:, None]
+    # when a grid of steps is timed with either, then every number is identical
+    for pre, p_eq in ((0.0, 0.0), (512.0, 1500.0)):
+        rows = decode_step(c, decodes, ctx, pre, p_eq).step_s
+        scalars = decode_step(c.scalar_row(), decodes, ctx, pre, p_eq).step_s
+        assert np.array_equal(rows, scalars)
+    assert len(c.scalar_row()) == 1
