@@ -218,6 +218,11 @@ ROW_MIN_DECODES = 64
 CONTEXT_BLOCK = 32
 #: At most this many step times per core call: long rows get a narrower context block.
 BLOCK_ELEMENTS = 8192
+#: Blocks kept per timer (bytes), the least recently used dropped first: a dropped block only
+#: costs a core call again for a cell not read yet (the cells read are kept as rows). Unbounded,
+#: one search of the typical scenario held 77 MB of blocks; at 32 MB its run makes 4.5 % more
+#: core calls (23,249 against 22,237).
+BLOCK_CACHE_BYTES = 32 << 20
 
 
 def grid_key(x: float, per_octave: int) -> int:
@@ -254,6 +259,7 @@ class StepTimer:
         self.rows: dict[tuple[int, int, int], list[float]] = {}
         #: (context block, prompt-token key, p_eq key) -> step times [context cell, decodes]
         self.blocks: dict[tuple[int, int, int], np.ndarray] = {}
+        self.block_bytes = 0
         self.edges: dict[int, tuple[float, float]] = {}  # context key -> context_cell
         self.core_calls = 0
 
@@ -308,13 +314,24 @@ class StepTimer:
         width = max(1, min(self.context_block, BLOCK_ELEMENTS // length))
         first = key[0] // width * width
         block_key = (first, key[1], key[2])
-        block = self.blocks.get(block_key)
+        block = self.blocks.pop(block_key, None)  # re-inserted below: the newest is kept longest
         if block is None or block.shape[0] <= key[0] - first or block.shape[1] <= n_dec:
+            if block is not None:
+                self.block_bytes -= block.size * 8
             block = self._core(first, width, key[1], key[2], length)
-            self.blocks[block_key] = block
+            self.block_bytes += block.size * 8
+        self._keep(block_key, block)
         row = block[key[0] - first].tolist()
         self.rows[key] = row
         return row
+
+    def _keep(self, block_key: tuple[int, int, int], block: np.ndarray) -> None:
+        """Remember ``block`` as the most recently used, dropping the least recently used
+        ones past ``BLOCK_CACHE_BYTES``."""
+        self.blocks[block_key] = block
+        while self.block_bytes > BLOCK_CACHE_BYTES and len(self.blocks) > 1:
+            oldest = self.blocks.pop(next(iter(self.blocks)))
+            self.block_bytes -= oldest.size * 8
 
     def _core(self, first: int, width: int, pre_k: int, p_k: int, length: int) -> np.ndarray:
         """Step times of context cells ``first..first + width - 1`` x decodes ``0..length-1``."""

@@ -337,3 +337,16 @@ def test_the_core_gives_a_scalar_row_the_rows_own_numbers(name):
         scalars = decode_step(c.scalar_row(), decodes, ctx, pre, p_eq).step_s
         assert np.array_equal(rows, scalars)
     assert len(c.scalar_row()) == 1
+
+
+def test_a_bounded_block_cache_changes_no_step_time(monkeypatch):
+    # given a timer whose block cache holds about two blocks of 32 x 64 step times
+    monkeypatch.setattr("sizing.simulate.BLOCK_CACHE_BYTES", 2 * 32 * 64 * 8)
+    c = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=2)
+    small, single = StepTimer(c, 300), StepTimer(c, 300, context_block=1)
+    # when it is asked for steps over many cells (blocks are dropped and computed again)
+    asked = [(n, ctx, pre, pre * 1.5) for n in (1, 30, 90) for ctx in (70.0, 900.0, 5000.0)
+             for pre in (0, 100, 3000)] * 2  # fmt: skip
+    # then every step time is still the one-cell timer's, and the cache stays within its bound
+    assert [small.step_s(*a) for a in asked] == [single.step_s(*a) for a in asked]
+    assert small.block_bytes <= 2 * 32 * 128 * 8 and len(small.blocks) <= 2
