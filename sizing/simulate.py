@@ -25,8 +25,9 @@ A chunk of ``k`` tokens at offset ``o`` attends ``o + k/2`` tokens on average; t
 prefill attention for a prompt of ``p`` is ``p/2``, so the step passes the token-weighted
 ``p_eq = sum(k * (2o + k)) / sum(k)``. Calls are memoised on a log grid of the continuous
 inputs (context 1/64 octave, +-0.55 %; prompt tokens and p_eq 1/32 octave, +-1.1 %; exact up
-to 64), one vectorized core call per grid cell filling every decode count at once; the decode
-count is exact. A compute-bound step moves by at most ~1.1 % from the rounding.
+to 64), one vectorized core call filling every decode count of a block of 32 neighbouring
+context cells at once (``StepTimer``); the decode count is exact. A compute-bound step moves
+by at most ~1.1 % from the rounding.
 
 Event state is O(requests in flight): decodes are tracked by aggregates (count, sum of
 ``context - step``, a completion heap and 16 block-phase counters), prompts in a short list;
