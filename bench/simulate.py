@@ -6,6 +6,10 @@ One replica of Llama 3.1 8B fp8 on one H100 at ~70 % of its throughput, Poisson 
 two length mixes: fixed (isl 1000 / osl 200, the benchmark shape) and lognormal (mean 1000 /
 p95 3000 prompts, mean 200 / p95 600 outputs). Then ``max_rate_for_slo`` (p95 TTFT 500 ms,
 p95 TPOT 50 ms, 99 % goodput) for the same candidate, timed from scratch (cold step-time memo).
+Last, the runs' own search (``tail_search.max_rate_rps``: 1,500 requests per probe) for
+Llama 3.1 70B fp8 TP2 on H100 at the typical scenario's lengths (prompts mean 1000 / p95 3000,
+outputs 300 / 800; p95 TTFT 2 s, TPOT 50 ms, 99 % goodput), from a cold step-time memo:
+probes per second and engine steps per second.
 Targets: >= 100,000 requests in <= 10 s on one core; bisection <= 2 s.
 """
 
@@ -21,9 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sizing.candidates import CandidateArrays  # noqa: E402
 from sizing.simulate import LengthDist, Workload, max_rate_for_slo, simulate  # noqa: E402
-from sizing.specs import GpuSpec, ModelSpec  # noqa: E402
+from sizing.specs import GpuSpec, ModelSpec, Slo, Traffic  # noqa: E402
+from sizing.tail_search import Replica, max_rate_rps, upper_rps  # noqa: E402
 
 LLAMA_8B = ModelSpec("Llama 3.1 8B", 32, 4096, 32, 8, 128, 128256, 8.03e9, 8.03e9, 128256 * 4096)
+LLAMA_70B = ModelSpec(
+    "Llama 3.1 70B", 80, 8192, 64, 8, 128, 128256, 70.55e9, 70.55e9, 128256 * 8192
+)
 H100 = GpuSpec("H100 SXM", 80, 3.35, {"bf16": 989.5, "fp8": 1979}, "nvlink", 900, 8, 8)
 MIXES = {
     "fixed": (LengthDist(1000), LengthDist(200), 35.0),
@@ -60,6 +68,7 @@ def main(argv=None) -> dict:
         "simulations": found.simulations,
         "max_rate_rps": found.rate_rps,
     }
+    out["search"] = _search()
     if args.json:
         print(json.dumps(out))
     else:
@@ -70,7 +79,42 @@ def main(argv=None) -> dict:
         b = out["bisection"]
         print(f"bisection: {b['max_rate_rps']:.2f} req/s meets the SLO; {b['simulations']} "
               f"simulations in {b['seconds']:.2f} s")  # fmt: skip
+        t = out["search"]
+        print(f"tail search (70B fp8 TP2, chat lengths): {t['rate_rps']:.3f} req/s; "
+              f"{t['probes']} probes in {t['seconds']:.2f} s = {t['probes_per_s']:.2f} probes/s "
+              f"({t['steps']:,} steps, {t['steps_per_s']:,.0f} steps/s, "
+              f"{t['core_calls']:,} core calls)")  # fmt: skip
     return out
+
+
+def _search() -> dict:
+    """The runs' rate search on one fixed candidate, cold memo (see the module docstring)."""
+    c = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=2)
+    isl, osl = LengthDist(1000, "lognormal", 3000), LengthDist(300, "lognormal", 800)
+    replica = Replica(c, isl, osl, Traffic(20, 10, 1000, 300), Slo(2000, 50), seed=12345)
+    ceiling = upper_rps(c, isl.mean, osl.mean)
+    steps = 0
+    run = replica.run
+
+    def counted(rate_rps):
+        nonlocal steps
+        result = run(rate_rps)
+        steps += result.steps
+        return result
+
+    replica.run = counted
+    started = time.perf_counter()
+    found = max_rate_rps(replica, 0.5 * ceiling, ceiling)
+    elapsed = time.perf_counter() - started
+    return {
+        "seconds": elapsed,
+        "probes": len(found.probes),
+        "probes_per_s": len(found.probes) / elapsed,
+        "steps": steps,
+        "steps_per_s": steps / elapsed,
+        "core_calls": replica.timer.core_calls,
+        "rate_rps": found.rate_rps,
+    }
 
 
 if __name__ == "__main__":

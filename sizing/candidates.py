@@ -294,7 +294,7 @@ class CandidateArrays:
     prefill_wave_fraction: np.ndarray
 
     def __len__(self) -> int:
-        return len(self.tp)
+        return int(np.size(self.tp))  # 1 for a ``scalar_row``
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -453,6 +453,20 @@ class CandidateArrays:
         """Rows ``rows`` (an index array, repeats allowed): expand candidates over a grid."""
         changes = {
             f.name: getattr(self, f.name)[rows]
+            for f in dataclasses.fields(self)
+            if f.name not in ("models", "gpus")
+        }
+        return dataclasses.replace(self, **changes)
+
+    def scalar_row(self) -> CandidateArrays:
+        """Row 0 with every per-row array as a numpy scalar of the same value and dtype.
+
+        The core functions give the same numbers (numpy scalars and one-element arrays do
+        the same float arithmetic), but each operation on the row's own values costs ~0.1 us
+        instead of ~1 us; the step-time memo calls the core per grid cell, where those
+        operations are most of the call."""
+        changes = {
+            f.name: getattr(self, f.name)[0]
             for f in dataclasses.fields(self)
             if f.name not in ("models", "gpus")
         }

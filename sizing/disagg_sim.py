@@ -36,6 +36,9 @@ from sizing.operating import batch_limit
 from sizing.simulate import PERCENTILES, LengthDist
 from sizing.steptime import decode_step
 
+#: Shortest row of decode counts one core call fills (``_Timer.decode_s``).
+DECODE_ROW_MIN = 64
+
 
 def _grid(x: float, per_octave: int) -> float:
     if x <= 64:
@@ -47,20 +50,33 @@ class _Timer:
     """Memoised step times of one prefill and one decode worker (single rows)."""
 
     def __init__(self, cp: CandidateArrays, cd: CandidateArrays):
-        self.cp, self.cd = cp, cd
+        # the rows as numpy scalars: the same numbers at less cost per core call (the inputs
+        # stay one-element arrays, as with the rows themselves)
+        self.cp, self.cd = cp.scalar_row(), cd.scalar_row()
         self.memo: dict[tuple, float] = {}
+        self.decode_rows: dict[float, list[float]] = {}  # context grid value -> by count
 
     def prefill_s(self, tokens: float, p_eq: float) -> float:
         key = ("p", _grid(tokens, 32), _grid(p_eq, 32))
         if key not in self.memo:
-            self.memo[key] = float(decode_step(self.cp, 0.0, 0.0, key[1], key[2]).step_s[0])
+            step = decode_step(self.cp, _one(0.0), _one(0.0), _one(key[1]), _one(key[2]))
+            self.memo[key] = float(step.step_s[0])
         return self.memo[key]
 
     def decode_s(self, n: int, ctx: float) -> float:
-        key = ("d", n, _grid(ctx, 64))
-        if key not in self.memo:
-            self.memo[key] = float(decode_step(self.cd, float(n), key[2]).step_s[0])
-        return self.memo[key]
+        """One core call fills the context cell's row of decode counts 0..2^k > n (the core is
+        elementwise: each count's time is the one a call for that count alone gives)."""
+        grid = _grid(ctx, 64)
+        row = self.decode_rows.get(grid)
+        if row is None or n >= len(row):
+            counts = np.arange(max(DECODE_ROW_MIN, 1 << int(n).bit_length()), dtype=np.float64)
+            row = decode_step(self.cd, counts, _one(grid)).step_s.tolist()
+            self.decode_rows[grid] = row
+        return row[n]
+
+
+def _one(x: float) -> np.ndarray:
+    return np.array([float(x)])
 
 
 @dataclass(frozen=True)

@@ -80,8 +80,8 @@ def resident_bytes_per_gpu(c: CandidateArrays) -> np.ndarray:
 def lora_step_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
     """Added time of one engine step with ``tokens`` per DP rank (s); 0 without LoRA."""
     t = np.asarray(tokens, dtype=np.float64)
-    if not np.any(c.lora_rank > 0):  # no row serves adapters: skip the module shapes (all 0)
-        return np.zeros(np.broadcast_shapes(t.shape, c.lora_rank.shape))
+    if not (c.lora_rank > 0).any():  # no row serves adapters: skip the module shapes (all 0)
+        return np.zeros(np.broadcast(t, c.lora_rank).shape)
     read = c.lora_active * adapter_bytes_per_gpu(c) / (c.hbm_bytes_s * c.eta_mem)
     flops = 2.0 * c.lora_rank * module_dims_per_layer(c) * c.num_layers * t / (c.tp * c.pp)
     compute = flops / (c.peak_flops * c.eta_flop_decode)

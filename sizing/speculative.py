@@ -90,8 +90,8 @@ def draft_step_s(c: CandidateArrays, batch: np.ndarray, context_tokens: np.ndarr
 
 def drafting_s(c: CandidateArrays, batch: np.ndarray, context_tokens: np.ndarray) -> np.ndarray:
     """``k * t_draft(B)`` added to every decode step (s); 0 without speculative decoding."""
-    if not np.any(speculating(c)):  # no row drafts: skip the drafter's roofline (all 0)
-        shape = np.broadcast_shapes(np.shape(batch), np.shape(context_tokens), c.tp.shape)
+    if not speculating(c).any():  # no row drafts: skip the drafter's roofline (all 0)
+        shape = np.broadcast(batch, context_tokens, c.tp).shape
         return np.zeros(shape)
     return np.where(speculating(c), c.spec_tokens * draft_step_s(c, batch, context_tokens), 0.0)
 

@@ -146,7 +146,7 @@ def streamed_expert_bytes_per_gpu(c: CandidateArrays, tokens: np.ndarray) -> np.
     bytes per param, ``b_w`` unless the checkpoint mixes precisions); without EP each rank
     holds TP-sharded copies and only its own tokens route there.
     """
-    if not np.any(c.num_experts > 0):  # dense rows only: skip the routing terms (all 0)
+    if not (c.num_experts > 0).any():  # dense rows only: skip the routing terms (all 0)
         return _zeros(tokens, c.tp)
     group_tokens = np.where(c.ep > 1, tokens * c.dp, tokens)
     distinct = expected_distinct_experts(c.num_experts, c.experts_per_token, group_tokens)
@@ -227,7 +227,7 @@ def stage_cost(
     flop_s = flops_dec / (c.peak_flops * c.eta_flop_decode) + flops_pre / (
         c.peak_flops * c.eta_flop_prefill
     )
-    if np.any(c.vision_flops_per_prefill_token > 0):
+    if (c.vision_flops_per_prefill_token > 0).any():
         # vision-language prompts: the encoder's FLOPs ride with the prefill, at bf16
         vision = pre * c.vision_flops_per_prefill_token / shard
         flops_pre = flops_pre + vision
@@ -267,13 +267,13 @@ def routed_active_params(c: CandidateArrays) -> np.ndarray:
 def _experts_at_own_peak(c: CandidateArrays) -> bool:
     """Any MoE row whose experts compute at another peak than the rest of its weights."""
     moe = c.num_experts > 0
-    return bool(np.any(moe & (c.expert_peak_flops != c.peak_flops)))
+    return bool((moe & (c.expert_peak_flops != c.peak_flops)).any())
 
 
 def _zeros(tokens, column: np.ndarray) -> np.ndarray:
     """The all-zero result a term's ``np.where(..., 0.0)`` gives, at the same shape: the
     step-time memo calls these per grid cell, and most rows are dense, single-stage, no EP."""
-    return np.zeros(np.broadcast_shapes(np.shape(tokens), np.shape(column)))
+    return np.zeros(np.broadcast(tokens, column).shape)
 
 
 def tp_allreduce_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
@@ -286,7 +286,7 @@ def tp_allreduce_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
 def ep_alltoall_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
     """Dispatch + combine per MoE layer: each GPU ships ``tokens/TP * k * hidden * 2 B`` of
     which ``(EP-1)/EP`` leaves the GPU; on the NIC when EP exceeds the scale-up domain (s)."""
-    if not np.any(c.ep > 1):  # no expert parallelism on any row: no all-to-all (all 0)
+    if not (c.ep > 1).any():  # no expert parallelism on any row: no all-to-all (all 0)
         return _zeros(tokens, c.ep)
     link = np.where(c.ep <= c.scale_up_domain_gpus, c.link_bytes_s, c.scale_out_bytes_s)
     volume = tokens / c.tp * c.experts_per_token * c.hidden_size * ACTIVATION_BYTES
@@ -297,7 +297,7 @@ def ep_alltoall_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
 def pp_hop_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
     """Activations across one stage boundary, ``T * hidden * 2 B / (link * eff) + latency``;
     on the NIC when the instance spans beyond the scale-up domain (s)."""
-    if not np.any(c.pp > 1):  # one stage on every row: no hop (all 0)
+    if not (c.pp > 1).any():  # one stage on every row: no hop (all 0)
         return _zeros(tokens, c.pp)
     inside = c.tp * c.pp * c.dp <= c.scale_up_domain_gpus
     link = np.where(inside, c.link_bytes_s, c.scale_out_bytes_s)

@@ -19,9 +19,6 @@ import numpy as np
 from sizing.memory import fit_memory
 from sizing.operating import closed_loop
 from sizing.simulate import (
-    EXACT_BELOW,
-    GRID_PER_OCTAVE,
-    PREFILL_GRID_PER_OCTAVE,
     LengthDist,
     SimResult,
     StepTimer,
@@ -117,25 +114,11 @@ class RunLengthStepTimer(StepTimer):
             and n_dec < len(last[4])
         ):
             return last[4][n_dec]
-        value = super().step_s(n_dec, ctx_mean, pre, p_eq)
-        key = (
-            self._key(ctx_mean, GRID_PER_OCTAVE),
-            self._key(pre, PREFILL_GRID_PER_OCTAVE),
-            self._key(p_eq, PREFILL_GRID_PER_OCTAVE),
-        )
-        low, high = _context_cell(key[0])
-        self._last = (pre, p_eq, low, high, self.rows[key])
-        return value
-
-
-def _context_cell(k: int) -> tuple[float, float]:
-    """Open interval of contexts that surely map to key ``k`` (a hair inside the rounding
-    edges, where float ties could go either way)."""
-    if k <= EXACT_BELOW:
-        return k - 0.49, min(k + 0.49, EXACT_BELOW)
-    m = k - EXACT_BELOW - 1
-    low = max(2.0 ** ((m - 0.49) / GRID_PER_OCTAVE), EXACT_BELOW + 1e-9)
-    return low, 2.0 ** ((m + 0.49) / GRID_PER_OCTAVE)
+        key = self.key(ctx_mean, pre, p_eq)
+        row = self.row(key, n_dec)
+        low, high = self.context_edges(key[0])
+        self._last = (pre, p_eq, low, high, row)
+        return row[n_dec]
 
 
 class Replica:
@@ -150,8 +133,19 @@ class Replica:
         self.traffic, self.requests = traffic, requests
         self.engine = engine_for(c, isl.mean, osl.mean)
         self.timer = RunLengthStepTimer(c, self.engine.max_num_seqs)
+        #: the last run: the simulation is a function of the rate (one seed), and the search's
+        #: caller simulates at the last probe's rate again when no rate meets (a low rate, the
+        #: longest simulation of the search)
+        self._last: tuple[float, SimResult] | None = None
 
     def run(self, rate_rps: float) -> SimResult:
+        if self._last is not None and self._last[0] == rate_rps:
+            return self._last[1]
+        result = self._simulate(rate_rps)
+        self._last = (rate_rps, result)
+        return result
+
+    def _simulate(self, rate_rps: float) -> SimResult:
         workload = Workload(
             self.isl,
             self.osl,

@@ -53,3 +53,23 @@ def test_refuses_both_or_neither_load():
     cp, cd = _worker(), _worker()
     with pytest.raises(ValueError, match="exactly one"):
         simulate_disagg(cp, cd, 1, 1, LengthDist(100), LengthDist(10), requests=10)
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_the_step_memo_gives_each_call_its_own_core_numbers(moe):
+    # given a prefill and a decode worker (dense Llama 3.1 70B TP4, or gpt-oss-120b TP2)
+    from sizing.disagg_sim import _grid, _Timer
+    from sizing.steptime import decode_step
+    from tests.sizing.specs_catalog import B200, GPT_OSS_120B
+
+    c = CandidateArrays.build(GPT_OSS_120B, B200, "fp8", tp=2) if moe else _worker()
+    timer = _Timer(c, c)
+    # when decode steps are timed through the memo (rows of counts) in a scattered order
+    for n, ctx in ((3, 1500.0), (1, 1500.0), (70, 1500.0), (200, 900.5), (0, 10.0), (64, 1501.0)):
+        # then each is the core's own number for that count and the context's grid value
+        alone = decode_step(c, np.array([float(n)]), np.array([_grid(ctx, 64)])).step_s[0]
+        assert timer.decode_s(n, ctx) == float(alone)
+    p_eq = _grid(1800.0, 32)
+    alone = decode_step(c, np.array([0.0]), np.array([0.0]), np.array([_grid(2000.0, 32)]),
+                        np.array([p_eq])).step_s[0]  # fmt: skip
+    assert timer.prefill_s(2000.0, 1800.0) == float(alone)

@@ -270,3 +270,83 @@ def test_the_decode_only_fast_loop_changes_no_number(monkeypatch, workload):
         general.preemptions,
         general.longest_step_s,
     )
+
+
+def _varied_candidates():
+    from sizing.specs import EngineSettings
+
+    eagle = EngineSettings(
+        spec_method="eagle", spec_tokens=3, spec_acceptance=0.7, spec_draft_params=1e9,
+        spec_draft_active_params=1e9,
+    )  # fmt: skip
+    return {
+        "dense": _8b(),
+        "tp4 pp2": CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=4, pp=2),
+        "moe": CandidateArrays.build(GPT_OSS_120B, B200, "fp8", tp=2),
+        "speculative": CandidateArrays.build(LLAMA_8B, H100, "bf16", engine=eagle),
+    }
+
+
+@pytest.mark.parametrize("name", ["dense", "tp4 pp2", "moe", "speculative"])
+def test_a_context_block_per_core_call_gives_every_cell_its_own_numbers(name):
+    # given one timer filling a block of context cells per core call, one filling a single cell
+    c = _varied_candidates()[name]
+    blocked, single = StepTimer(c, 600), StepTimer(c, 600, context_block=1)
+    # when both are asked for the same steps (exact and log-grid contexts, rows that grow)
+    asked = [(n, ctx, pre, p) for n in (0, 1, 5, 63, 64, 200, 600)
+             for ctx in (0.0, 7.0, 63.6, 64.0, 65.0, 999.0, 1001.5, 4100.0)
+             for pre, p in ((0, 0.0), (37, 37.0), (2048, 3100.0))]  # fmt: skip
+    # then every step time is identical, from fewer core calls
+    assert [blocked.step_s(*a) for a in asked] == [single.step_s(*a) for a in asked]
+    assert blocked.core_calls < single.core_calls
+
+
+def test_decode_cell_holds_one_step_time_up_to_its_edge():
+    c = _8b()
+    timer, plain = StepTimer(c, 256), StepTimer(c, 256, context_block=1)
+    for n_dec, ctx in ((1, 3.0), (1, 63.7), (40, 64.2), (40, 1000.0), (200, 2999.9)):
+        value, high = timer.decode_cell(n_dec, ctx)
+        assert high > ctx or high == 64
+        for x in np.linspace(ctx, high, 50, endpoint=False):
+            assert plain.step_s(n_dec, float(x), 0, 0.0) == value
+
+
+def test_block_filled_simulation_equals_one_cell_per_core_call():
+    # given a 70B replica with variable lengths at a moderate load
+    c = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=2)
+    w = Workload(lengths_from_mean_p95(1000, 3000), lengths_from_mean_p95(300, 800),
+                 requests=300, rate_rps=2.0, warmup_requests=30, seed=5)  # fmt: skip
+    eng = engine_for(c, 1000, 300)
+    # when simulated with the default timer and with one filling a single cell per call
+    fast = simulate(c, w, eng, StepTimer(c, eng.max_num_seqs))
+    plain = simulate(c, w, eng, StepTimer(c, eng.max_num_seqs, context_block=1))
+    # then every number is identical
+    for name in ("ttft_s", "tpot_s", "e2e_s", "series_t_s", "queue_len", "kv_used_fraction"):
+        assert np.array_equal(getattr(fast, name), getattr(plain, name), equal_nan=True), name
+    assert (fast.steps, fast.preemptions) == (plain.steps, plain.preemptions)
+
+
+@pytest.mark.parametrize("name", ["dense", "tp4 pp2", "moe", "speculative"])
+def test_the_core_gives_a_scalar_row_the_rows_own_numbers(name):
+    # given one candidate row and the same row as numpy scalars (what the timer's core uses)
+    c = _varied_candidates()[name]
+    decodes, ctx = np.arange(70.0)[None, :], np.array([0.0, 5.0, 700.0, 9000.0])[:, None]
+    # when a grid of steps is timed with either, then every number is identical
+    for pre, p_eq in ((0.0, 0.0), (512.0, 1500.0)):
+        rows = decode_step(c, decodes, ctx, pre, p_eq).step_s
+        scalars = decode_step(c.scalar_row(), decodes, ctx, pre, p_eq).step_s
+        assert np.array_equal(rows, scalars)
+    assert len(c.scalar_row()) == 1
+
+
+def test_a_bounded_block_cache_changes_no_step_time(monkeypatch):
+    # given a timer whose block cache holds about two blocks of 32 x 64 step times
+    monkeypatch.setattr("sizing.simulate.BLOCK_CACHE_BYTES", 2 * 32 * 64 * 8)
+    c = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=2)
+    small, single = StepTimer(c, 300), StepTimer(c, 300, context_block=1)
+    # when it is asked for steps over many cells (blocks are dropped and computed again)
+    asked = [(n, ctx, pre, pre * 1.5) for n in (1, 30, 90) for ctx in (70.0, 900.0, 5000.0)
+             for pre in (0, 100, 3000)] * 2  # fmt: skip
+    # then every step time is still the one-cell timer's, and the cache stays within its bound
+    assert [small.step_s(*a) for a in asked] == [single.step_s(*a) for a in asked]
+    assert small.block_bytes <= 2 * 32 * 128 * 8 and len(small.blocks) <= 2

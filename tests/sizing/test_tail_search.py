@@ -1,5 +1,7 @@
 """The simulated search's step-down: when does a failing probe end the search?"""
 
+import numpy as np
+
 from sizing.tail_search import OVERLOAD_GROWTH, Probe, _next_rate, _ttft_growth
 
 
@@ -50,3 +52,28 @@ def test_a_probe_near_the_slo_never_ends_the_search_by_extrapolation():
     step = _next_rate(None, low, [high, low], upper_rps=4.0, floor_rps=0.22)
     # then the search steps down (4x at most) instead of giving up
     assert step == 1.674 / 4
+
+
+def test_a_rerun_at_the_last_probes_rate_reuses_its_simulation():
+    # given a replica of Llama 3.1 8B on H100 that has just simulated one rate
+    from types import SimpleNamespace
+
+    from specs_catalog import H100, LLAMA_8B
+
+    from sizing.candidates import CandidateArrays
+    from sizing.simulate import lengths_from_mean_p95
+    from sizing.tail_search import Replica
+
+    c = CandidateArrays.build(LLAMA_8B, H100, "fp8")
+    traffic = SimpleNamespace(shared_prefix_tokens=0.0, prefix_hit_rate=0.0)
+    slo = SimpleNamespace(ttft_ms=500, tpot_ms=50, percentile=95, goodput_target=0.99)
+    isl, osl = lengths_from_mean_p95(1000, 3000), lengths_from_mean_p95(200, 600)
+    replica = Replica(c, isl, osl, traffic, slo, seed=3, requests=200)
+    first = replica.run(4.0)
+    # when the same rate is run again, then another, then the first again
+    again, other, back = replica.run(4.0), replica.run(5.0), replica.run(4.0)
+    # then the repeat is the same simulation (nothing re-run), and a new rate simulates anew
+    # with the same numbers a fresh replica gets
+    assert again is first and other is not first and back is not first
+    fresh = Replica(c, isl, osl, traffic, slo, seed=3, requests=200).run(4.0)
+    assert np.array_equal(back.ttft_s, fresh.ttft_s) and np.array_equal(first.ttft_s, fresh.ttft_s)
