@@ -140,16 +140,17 @@ def profiles_table(profiles) -> list[str]:
         )
     lines += [
         "",
-        "| engine node | n | step overhead ms | + per layer us | all-reduce latency us | "
-        "front end ms | wave coherence | at a bound |",
-        "|---|---|---|---|---|---|---|---|",
+        "| engine node | n | step overhead ms | + per layer us | + per sequence us | "
+        "all-reduce latency us | front end ms | wave coherence | at a bound |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for node in sorted(n for n in joint.n_points if n.startswith("engine:")):
-        a, b, ar, fe, wave = (joint.resolve(node, k) for k in ENGINE_CONSTANTS)
+        a, b, seq, ar, fe, wave = (joint.resolve(node, k) for k in ENGINE_CONSTANTS)
         hits = "; ".join(joint.bound_hits.get(node, ())) or "-"
         lines.append(
             f"| {node.removeprefix('engine:')} | {joint.n_points[node]} | {a * 1e3:.2f} | "
-            f"{b * 1e6:.0f} | {ar * 1e6:.1f} | {fe * 1e3:.0f} | {wave:.2f} | {hits} |"
+            f"{b * 1e6:.0f} | {seq * 1e6:.1f} | {ar * 1e6:.1f} | {fe * 1e3:.0f} | {wave:.2f} | "
+            f"{hits} |"
         )
     return lines
 

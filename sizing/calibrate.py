@@ -14,6 +14,8 @@ whole chain (memory fit -> step time -> closed-loop operating point) through
 - ``eta_flop_decode``: compute time of decode tokens (large batches, MoE) -> TPOT;
 - ``eta_flop_prefill``: compute time of prompt chunks -> TTFT, mixed steps;
 - ``step_overhead_s``: fixed cost per engine step -> TPOT at small batch, TTFT per chunk;
+- ``step_overhead_per_seq_s``: host cost per running sequence per step (scheduling,
+  sampling) -> TPOT at large batch, max throughput;
 - ``allreduce_latency_s``, ``link_efficiency``: TP all-reduces, EP all-to-alls, PP hops.
 
 Least squares on log ratios

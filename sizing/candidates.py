@@ -111,6 +111,7 @@ _CALIBRATION_FIELDS = {
     "allreduce_latency_s": ("allreduce_latency_s", np.float64),
     "link_efficiency": ("link_efficiency", np.float64),
     "step_overhead_per_layer_s": ("step_overhead_per_layer_s", np.float64),
+    "step_overhead_per_seq_s": ("step_overhead_per_seq_s", np.float64),
     "frontend_latency_s": ("frontend_latency_s", np.float64),
     "prefill_wave_fraction": ("prefill_wave_fraction", np.float64),
 }
@@ -290,6 +291,7 @@ class CandidateArrays:
     allreduce_latency_s: np.ndarray
     link_efficiency: np.ndarray
     step_overhead_per_layer_s: np.ndarray
+    step_overhead_per_seq_s: np.ndarray
     frontend_latency_s: np.ndarray
     prefill_wave_fraction: np.ndarray
 

@@ -257,6 +257,9 @@ class Calibration:
     step_overhead_per_layer_s : per-step cost per transformer layer (kernel launches and
         their gaps grow with the kernels a step runs, i.e. with the layers): a step costs
         ``step_overhead_s + step_overhead_per_layer_s * num_layers`` on top of the roofline.
+    step_overhead_per_seq_s : per-step cost per decoding sequence (scheduling its slot,
+        sampling its token, detokenizing), so a step of B sequences costs
+        ``step_overhead_s + step_overhead_per_layer_s * L + step_overhead_per_seq_s * B``.
     frontend_latency_s : fixed latency an engine adds to every request's first token
         (HTTP/tokenizer front-end, scheduler admission); part of TTFT only.
     prefill_wave_fraction : how coherent closed-loop waves of re-arriving prompts stay
@@ -279,6 +282,7 @@ class Calibration:
     allreduce_latency_s: float = 8e-6
     link_efficiency: float = 0.70
     step_overhead_per_layer_s: float = 0.0
+    step_overhead_per_seq_s: float = 0.0
     frontend_latency_s: float = 0.0
     prefill_wave_fraction: float = 0.0
     relative_error: float = 0.25  # +-band carried through the chain when no fit exists

@@ -34,8 +34,9 @@ comm_s
 Pipeline parallelism: decode keeps PP micro-batches of ``B / PP`` sequences in flight (vLLM's
 virtual engines), so each stage reads its ``1/PP`` of the weights for ``B / PP`` sequences and
 a token crosses all stages: ``step_s = PP * stage_s + (PP - 1) * hop_s + overhead_s`` with
-``overhead_s = step_overhead_s + step_overhead_per_layer_s * num_layers`` (host-side cost:
-scheduling and sampling, plus kernel launches and their gaps, which grow with the layers).
+``overhead_s = step_overhead_s + step_overhead_per_layer_s * num_layers
++ step_overhead_per_seq_s * B`` (host-side cost: the scheduler loop, kernel launches and
+their gaps, which grow with the layers, and per running sequence its bookkeeping and sampling).
 In steady decode there is no bubble. Per token this costs ``W / BW + B * KV / (PP * BW)``:
 each micro-batch re-reads the weights (PP does not shrink the weight term, TP does) while the
 cache is spread over PP GPUs' bandwidth; no all-reduces, one activation hop per boundary.
@@ -306,11 +307,16 @@ def pp_hop_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- engine steps
-def step_overhead_total_s(c: CandidateArrays) -> np.ndarray:
-    """Host cost of one engine step, ``step_overhead_s + step_overhead_per_layer_s * L`` (s):
-    a fixed part (scheduler, sampling) and one that grows with the kernels a step launches,
-    i.e. with the layers (8B: 32 layers, 405B: 126)."""
-    return c.step_overhead_s + c.step_overhead_per_layer_s * c.num_layers
+def step_overhead_total_s(c: CandidateArrays, sequences: np.ndarray | float = 0.0) -> np.ndarray:
+    """Host cost of one engine step of ``sequences`` decoding sequences (s):
+
+    ``step_overhead_s + step_overhead_per_layer_s * L + step_overhead_per_seq_s * B``,
+    a fixed part (scheduler loop), one that grows with the kernels a step launches, i.e.
+    with the layers (8B: 32 layers, 405B: 126), and one per running sequence (its slot's
+    bookkeeping, sampling and detokenizing its token). A prefill-only step has B = 0.
+    """
+    fixed = c.step_overhead_s + c.step_overhead_per_layer_s * c.num_layers
+    return fixed + c.step_overhead_per_seq_s * np.asarray(sequences, dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -343,7 +349,7 @@ def decode_step(
     pre = np.asarray(prefill_tokens_per_rank, dtype=np.float64)
     stage = stage_cost(c, b / c.pp, context_tokens, pre / c.pp, prompt_tokens)
     hop = pp_hop_s(c, (b * verify_tokens_per_sequence(c) + pre) / c.pp)
-    overhead = step_overhead_total_s(c)
+    overhead = step_overhead_total_s(c, b)
     draft = drafting_s(c, b, context_tokens) + lora_step_s(
         c, b * verify_tokens_per_sequence(c) + pre
     )

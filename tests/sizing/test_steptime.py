@@ -174,3 +174,16 @@ def test_a_dense_single_stage_row_costs_the_same_alone_as_beside_moe_and_pp_rows
     np.testing.assert_array_equal(one.stage.comm_s[:, 0], many.stage.comm_s[:, 0])
     # and the rows beside it do pay their all-to-all and pipeline hop
     assert np.all(many.stage.comm_s[:, 1] > 0) and np.all(many.hop_s[:, 2] > 0)
+
+
+def test_step_overhead_grows_with_the_running_sequences():
+    # given 1 ms fixed + 10 us per layer + 20 us per decoding sequence, 70B (80 layers)
+    cal = Calibration(
+        step_overhead_s=1e-3, step_overhead_per_layer_s=1e-5, step_overhead_per_seq_s=2e-5
+    )
+    c = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=8, calibration=cal)
+    st = decode_step(c.take(np.zeros(3, dtype=int)), np.array([1.0, 64.0, 0.0]), 1000.0)
+    # then a step of B sequences costs 1 ms + 80 * 10 us + B * 20 us on the host:
+    # B = 1: 1.82 ms; B = 64: 1.8 + 1.28 = 3.08 ms; a prefill-only step (B = 0): 1.8 ms
+    assert st.overhead_s == pytest.approx([1.82e-3, 3.08e-3, 1.8e-3])
+    assert st.step_s[1] - st.step_s[0] > 63 * 2e-5

@@ -1,0 +1,52 @@
+"""The joint fit's rule for which node constants are parameters (effective points)."""
+
+from collections import namedtuple
+
+import numpy as np
+import pytest
+
+from sizing import jointfit as jf
+
+Point = namedtuple("Point", "generation precision engine engine_release x")
+
+
+def test_effective_points_sum_the_squared_sensitivities():
+    # 40 points at s = 0.12: 40 * 0.0144 = 0.576 of a point; a misfit (NaN) is worth nothing
+    assert jf.effective_points(np.full(40, 0.12)) == pytest.approx(0.576)
+    assert jf.effective_points(np.array([np.nan, 1.0, 0.5])) == pytest.approx(1.25)
+
+
+def test_a_constant_is_a_parameter_from_two_effective_points():
+    assert jf.MIN_EFFECTIVE_POINTS == 2.0
+    assert not jf.measures(np.full(40, 0.12))  # 0.576 < 2
+    assert jf.measures(np.full(8, 0.5))  # 8 * 0.25 = 2.0
+    assert not jf.measures(np.full(3, 1e-4))  # nothing moves (max s < MIN_SENSITIVITY)
+
+
+def _power_law(points, eta_mem_exponent=-1.0, link_exponent=-0.12):
+    """A toy model: ``f_i = x_i * eta_mem^-1 * link_efficiency^-0.12`` (s = 1 and 0.12)."""
+    x = np.array([p.x for p in points])
+
+    def predict(calibrations):
+        eta = np.array([c.eta_mem for c in calibrations])
+        link = np.array([c.link_efficiency for c in calibrations])
+        return x * eta**eta_mem_exponent * link**link_exponent
+
+    return predict
+
+
+def test_a_constant_the_points_barely_measure_stays_at_the_prior():
+    # given 40 points that depend on eta_mem one for one and on the link at s = 0.12 only,
+    # generated with eta_mem 0.5 and a link efficiency of 0.2 (the prior says 0.7)
+    points = [Point("gen", "fp8", "vllm", "0.1", x) for x in np.linspace(1.0, 4.0, 40)]
+    predict = _power_law(points)
+    truth = [jf.dataclasses.replace(jf.PRIOR, eta_mem=0.5, link_efficiency=0.2)] * 40
+    measured = predict(truth)
+    # when fitted
+    fit = jf.fit_joint(points, predict, np.zeros(40, dtype=np.int64), measured)
+    # then the link (0.576 effective points) is no parameter of any node: it stays at the
+    # prior, and eta_mem absorbs the difference, 0.5 * (0.2 / 0.7)^0.12 = 0.4302 (the prior
+    # pulls it a little toward 0.8)
+    assert all("link_efficiency" not in values for values in fit.values.values())
+    assert fit.resolve("silicon:gen/fp8", "link_efficiency") == jf.PRIOR.link_efficiency
+    assert fit.resolve("silicon:gen/fp8", "eta_mem") == pytest.approx(0.4302, rel=0.02)
