@@ -264,9 +264,6 @@ class StepTimer:
         self.edges: dict[int, tuple[float, float]] = {}  # context key -> context_cell
         self.core_calls = 0
 
-    _key = staticmethod(grid_key)
-    _value = staticmethod(grid_value)
-
     def key(self, ctx_mean: float, pre: float, p_eq: float) -> tuple[int, int, int]:
         """The memo cell of these inputs (see the module docstring)."""
         return (
@@ -293,9 +290,7 @@ class StepTimer:
         edge, a hair inside): a decode run's context only grows, so it asks again only when it
         leaves the cell."""
         k = grid_key(ctx_mean, GRID_PER_OCTAVE)
-        row = self.rows.get((k, 0, 0))  # no prompt tokens: both prefill keys are 0
-        if row is None or n_dec >= len(row):
-            row = self._fill((k, 0, 0), n_dec)
+        row = self.row((k, 0, 0), n_dec)  # no prompt tokens: both prefill keys are 0
         return row[n_dec], self.context_edges(k)[1]
 
     def context_edges(self, k: int) -> tuple[float, float]:
