@@ -23,7 +23,6 @@ context on a 1/64-octave grid; prefill tokens and attention length on a 1/32-oct
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -33,7 +32,14 @@ from sizing.candidates import CandidateArrays
 from sizing.disagg import kv_transfer, prefill_pool
 from sizing.memory import fit_memory
 from sizing.operating import batch_limit
-from sizing.simulate import PERCENTILES, LengthDist
+from sizing.simulate import (
+    GRID_PER_OCTAVE,
+    PERCENTILES,
+    PREFILL_GRID_PER_OCTAVE,
+    LengthDist,
+    grid_key,
+    grid_value,
+)
 from sizing.steptime import decode_step
 
 #: Shortest row of decode counts one core call fills (``_Timer.decode_s``).
@@ -41,9 +47,8 @@ DECODE_ROW_MIN = 64
 
 
 def _grid(x: float, per_octave: int) -> float:
-    if x <= 64:
-        return float(round(x))
-    return 2.0 ** (round(math.log2(x) * per_octave) / per_octave)
+    """``x`` at its memo cell's value, on the aggregated simulator's grid."""
+    return grid_value(grid_key(x, per_octave), per_octave)
 
 
 class _Timer:
@@ -57,7 +62,7 @@ class _Timer:
         self.decode_rows: dict[float, list[float]] = {}  # context grid value -> by count
 
     def prefill_s(self, tokens: float, p_eq: float) -> float:
-        key = ("p", _grid(tokens, 32), _grid(p_eq, 32))
+        key = ("p", _grid(tokens, PREFILL_GRID_PER_OCTAVE), _grid(p_eq, PREFILL_GRID_PER_OCTAVE))
         if key not in self.memo:
             step = decode_step(self.cp, _one(0.0), _one(0.0), _one(key[1]), _one(key[2]))
             self.memo[key] = float(step.step_s[0])
@@ -66,7 +71,7 @@ class _Timer:
     def decode_s(self, n: int, ctx: float) -> float:
         """One core call fills the context cell's row of decode counts 0..2^k > n (the core is
         elementwise: each count's time is the one a call for that count alone gives)."""
-        grid = _grid(ctx, 64)
+        grid = _grid(ctx, GRID_PER_OCTAVE)
         row = self.decode_rows.get(grid)
         if row is None or n >= len(row):
             counts = np.arange(max(DECODE_ROW_MIN, 1 << int(n).bit_length()), dtype=np.float64)
