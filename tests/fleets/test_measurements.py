@@ -581,8 +581,8 @@ def test_the_shipped_recipes_cover_most_disaggregated_trtllm_rows():
         if layout is None or row.engine_family != "trtllm" or row.speculative:
             continue
         total += 1
-        slug = "h100_sxm" if row.gpu.startswith("H100") else row.gpu.split()[0].lower()
-        batch = m.decode_max_batch(batches, "trtllm", slug, row.weight_precision, row.isl,
+        gpu = row.gpu.split()[0].lower()  # "H100 SXM" -> the recipes' "h100"
+        batch = m.decode_max_batch(batches, "trtllm", gpu, row.weight_precision, row.isl,
                                    row.osl, layout, int(row.concurrency))  # fmt: skip
         matched += batch > 0
     assert total > 100 and matched / total > 0.8, (matched, total)
