@@ -29,21 +29,21 @@ to 64), one vectorized core call filling every decode count of a block of 32 nei
 context cells at once (``StepTimer``); the decode count is exact. A compute-bound step moves
 by at most ~1.1 % from the rounding.
 
-Event state is O(requests in flight): decodes are tracked by aggregates (count, sum of
-``context - step``, a completion heap and 16 block-phase counters), prompts in a short list;
-arrivals are drawn in chunks. Only the per-request results (the output) grow with N.
+The event loop is compiled (``sizing.sim_kernel``, numba): request state lives in numpy arrays
+(O(requests); the decodes as aggregates: count, sum of ``context - step``, a completion heap
+and 16 block-phase counters), the arrivals and lengths are drawn up front in the order the
+pure-Python loop drew them, and the loop returns here only for a step-time block it lacks.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from sizing import sim_kernel as K
 from sizing.candidates import CandidateArrays
 from sizing.memory import (
     allocated_context,
@@ -51,12 +51,17 @@ from sizing.memory import (
     fit_memory,
     kv_bytes_per_sequence_per_gpu,
 )
+from sizing.sim_kernel import (  # the memo grid: one definition, the compiled loop's
+    EXACT_BELOW,
+    GRID_PER_OCTAVE,
+    PREFILL_GRID_PER_OCTAVE,
+    StepTable,
+    grid_key,
+    table_key,
+)
 from sizing.steptime import decode_step
 
 Z95 = 1.6448536269514722  # standard normal 95th percentile
-GRID_PER_OCTAVE = 64  # step-time memo resolution of the decode context: 2^(k/64), +-0.55 %
-PREFILL_GRID_PER_OCTAVE = 32  # of prompt tokens per step and their attention length, +-1.1 %
-EXACT_BELOW = 64  # inputs at or below this are exact integers in the memo key
 ARRIVAL_CHUNK = 4096
 PERCENTILES = (50, 90, 95, 99)
 
@@ -165,14 +170,16 @@ def read_trace_csv(lines: Sequence[str] | Iterator[str]) -> tuple[np.ndarray, ..
     return arr[:, 0] - arr[0, 0], arr[:, 1].astype(np.int64), arr[:, 2].astype(np.int64)
 
 
-def _open_loop_arrivals(w: Workload, rng: np.random.Generator) -> Iterator[tuple]:
-    """Yield (arrival_s, isl, osl) lazily, ``ARRIVAL_CHUNK`` draws at a time."""
+def _open_loop_draws(w: Workload, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """(send time s, isl, osl) of every request, ``ARRIVAL_CHUNK`` draws at a time (the order
+    the generator is drawn in fixes the numbers: gaps, prompts, outputs per chunk)."""
     if w.arrival == "trace":
-        for t, p, o in zip(w.trace_s, w.trace_prompt_tokens, w.trace_output_tokens, strict=True):
-            yield float(t), int(p), int(o)
-        return
+        return (np.asarray(w.trace_s, dtype=np.float64),
+                np.asarray(w.trace_prompt_tokens, dtype=np.int64),
+                np.asarray(w.trace_output_tokens, dtype=np.int64))  # fmt: skip
     rate = float(w.rate_rps)
     now, left = 0.0, w.requests
+    times, isl, osl = [], [], []
     while left > 0:
         n = min(left, ARRIVAL_CHUNK)
         if w.arrival == "poisson" or w.cv == 1.0:
@@ -183,19 +190,28 @@ def _open_loop_arrivals(w: Workload, rng: np.random.Generator) -> Iterator[tuple
             gaps = rng.gamma(shape, 1.0 / (rate * shape), n)
         else:
             raise ValueError(f"unknown arrival process {w.arrival!r}")
-        times = now + np.cumsum(gaps)
-        now = float(times[-1])
-        isl, osl = w.isl.sample(n, rng), w.osl.sample(n, rng)
-        yield from zip(times.tolist(), isl.tolist(), osl.tolist(), strict=True)
+        chunk = now + np.cumsum(gaps)
+        now = float(chunk[-1])
+        times.append(chunk)
+        isl.append(w.isl.sample(n, rng))
+        osl.append(w.osl.sample(n, rng))
         left -= n
+    return _joined(times, np.float64), _joined(isl, np.int64), _joined(osl, np.int64)
 
 
-def _closed_loop_lengths(w: Workload, rng: np.random.Generator) -> Iterator[tuple]:
-    left = w.requests
+def _closed_loop_draws(w: Workload, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """(isl, osl) of every request, in chunks as ``_open_loop_draws``."""
+    left, isl, osl = w.requests, [], []
     while left > 0:
         n = min(left, ARRIVAL_CHUNK)
-        yield from zip(w.isl.sample(n, rng).tolist(), w.osl.sample(n, rng).tolist(), strict=True)
+        isl.append(w.isl.sample(n, rng))
+        osl.append(w.osl.sample(n, rng))
         left -= n
+    return _joined(isl, np.int64), _joined(osl, np.int64)
+
+
+def _joined(parts: list[np.ndarray], dtype) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
 
 
 # ============================================================================ engine
@@ -224,13 +240,9 @@ BLOCK_ELEMENTS = 8192
 #: one search of the typical scenario held 77 MB of blocks; at 32 MB its run makes 4.5 % more
 #: core calls (23,249 against 22,237).
 BLOCK_CACHE_BYTES = 32 << 20
-
-
-def grid_key(x: float, per_octave: int) -> int:
-    """The memo's key of ``x``: itself up to ``EXACT_BELOW``, then its log-grid cell."""
-    if x <= EXACT_BELOW:
-        return int(round(x))
-    return EXACT_BELOW + 1 + int(round(math.log2(x) * per_octave))
+#: The compiled loop's table of step-time rows per timer (bytes; emptied when full). Whole
+#: blocks go in, so a neighbouring cell costs no return to Python.
+TABLE_BYTES = 48 << 20
 
 
 def grid_value(k: int, per_octave: int) -> float:
@@ -263,6 +275,8 @@ class StepTimer:
         self.block_bytes = 0
         self.edges: dict[int, tuple[float, float]] = {}  # context key -> context_cell
         self.core_calls = 0
+        #: the rows the compiled event loop reads (``fill_table``)
+        self.table = StepTable(TABLE_BYTES)
 
     def key(self, ctx_mean: float, pre: float, p_eq: float) -> tuple[int, int, int]:
         """The memo cell of these inputs (see the module docstring)."""
@@ -301,14 +315,9 @@ class StepTimer:
         return edges
 
     def _fill(self, key: tuple[int, int, int], n_dec: int) -> list[float]:
-        """The cell's row of step times for 0..n decodes, n the next power of two above
-        ``n_dec`` (at least ``ROW_MIN_DECODES``, at most ``max_decodes``): a run rarely
-        decodes more than a few hundred sequences, and the core's cost grows with the row.
-        The row comes from its context block, computed by one core call when the block is
-        missing or shorter than ``n_dec``."""
-        length = min(max(ROW_MIN_DECODES, 1 << n_dec.bit_length()), len(self.decodes))
-        width = max(1, min(self.context_block, BLOCK_ELEMENTS // length))
-        first = key[0] // width * width
+        """The cell's row of step times for 0..n decodes (``_block_shape``), from its context
+        block, computed by one core call when the block is missing or shorter than ``n_dec``."""
+        length, width, first = self._block_shape(key, n_dec)
         block_key = (first, key[1], key[2])
         block = self.blocks.pop(block_key, None)  # re-inserted below: the newest is kept longest
         if block is None or block.shape[0] <= key[0] - first or block.shape[1] <= n_dec:
@@ -320,6 +329,23 @@ class StepTimer:
         row = block[key[0] - first].tolist()
         self.rows[key] = row
         return row
+
+    def fill_table(self, key: tuple[int, int, int], n_dec: int) -> float:
+        """Put the block of ``key``'s cell, with rows of at least ``n_dec + 1`` decode counts,
+        into ``table`` (one core call, the block geometry of ``_fill``); its step time."""
+        length, width, first = self._block_shape(key, n_dec)
+        block = self._core(first, width, key[1], key[2], length)
+        keys = np.array([table_key(first + j, key[1], key[2]) for j in range(width)])
+        self.table.put(keys, block)
+        return float(block[key[0] - first, n_dec])
+
+    def _block_shape(self, key: tuple[int, int, int], n_dec: int) -> tuple[int, int, int]:
+        """Row length (the next power of two above ``n_dec``, at least ``ROW_MIN_DECODES``, at
+        most ``max_decodes``: a run rarely decodes more than a few hundred sequences and the
+        core's cost grows with the row), context cells and first cell of ``key``'s block."""
+        length = min(max(ROW_MIN_DECODES, 1 << n_dec.bit_length()), len(self.decodes))
+        width = max(1, min(self.context_block, BLOCK_ELEMENTS // length))
+        return length, width, key[0] // width * width
 
     def _keep(self, block_key: tuple[int, int, int], block: np.ndarray) -> None:
         """Remember ``block`` as the most recently used, dropping the least recently used
@@ -460,32 +486,10 @@ class SimResult:
         }
 
 
-class _Series:
-    """Queue length, running count and KV use sampled every ``every`` steps; when the buffer
-    reaches ``2 * max_points`` every other sample is dropped and the interval doubles, so
-    memory stays bounded however long the run."""
-
-    def __init__(self, max_points: int):
-        self.max_points = max(max_points, 2)
-        self.every = 1
-        self.rows: list[tuple[float, int, int, float]] = []
-
-    def add(self, step: int, t: float, queue: int, running: int, kv: float) -> None:
-        if step % self.every:
-            return
-        self.rows.append((t, queue, running, kv))
-        if len(self.rows) >= 2 * self.max_points:
-            self.rows = self.rows[::2]
-            self.every *= 2
-
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        a = np.array(self.rows, dtype=np.float64).reshape(-1, 4)
-        return a[:, 0], a[:, 1].astype(np.int64), a[:, 2].astype(np.int64), a[:, 3]
-
-
 # ============================================================================ simulation
-# Per-request record slots (a list per request in flight: faster than objects in CPython).
-_ID, _ARR, _ISL, _OSL, _TARGET, _DONE, _GEN, _CACHED, _TFIRST, _A, _VER = range(11)
+#: The decode-only fast loop (``sim_kernel._decode_run``) on; a test turns it off to check it
+#: changes no number.
+DECODE_RUNS = True
 
 
 def simulate(
@@ -503,7 +507,8 @@ def simulate(
         with ``rate / DP`` (or ``concurrency / DP`` clients) and throughput scaled by DP
     workload : arrivals and lengths (seeded: same inputs -> identical results)
     engine : scheduler limits (default ``engine_for(c, isl mean, osl mean)``)
-    timer : a ``StepTimer`` to share across runs of this candidate
+    timer : a ``StepTimer`` to share across runs of this candidate (or any object with
+        ``step_s(n_dec, ctx, pre, p_eq)``, asked every step: a test's stand-in)
     max_points : size of the downsampled time series
 
     Returns
@@ -525,384 +530,133 @@ def simulate(
         elif w.arrival != "trace":
             w = replace(w, rate_rps=w.rate_rps / dp)
     n_req = len(w.trace_s) if w.arrival == "trace" and not w.closed_loop else w.requests
-    sim = _Sim(eng, timer, w, n_req, rng, max_points)
+    sim = _Run(eng, timer, w, n_req, rng, max_points)
     sim.run()
-    t, q, r, kv = sim.series.arrays()
+    st, fs = sim.st, sim.fs
+    t, q, r, kv = (sim.series[: st[K.S_SERIES_LEN], j] for j in range(4))
     measured = np.arange(n_req) >= w.warmup_requests
+    arrival_s = sim.rf[:, K.Q_ARR].copy()
     return SimResult(
-        arrival_s=sim.arrival_s,
-        ttft_s=sim.ttft_s,
-        tpot_s=sim.tpot_s,
-        e2e_s=sim.e2e_s,
-        isl_tokens=sim.isl,
-        osl_tokens=sim.osl,
-        preemptions=sim.preemptions,
-        simulated_s=sim.now - float(np.min(sim.arrival_s)) if n_req else 0.0,
-        steps=sim.step,
-        series_t_s=t,
-        queue_len=q,
-        running=r,
-        kv_used_fraction=kv,
+        arrival_s=arrival_s,
+        ttft_s=sim.rf[:, K.Q_TTFT].copy(),
+        tpot_s=sim.rf[:, K.Q_TPOT].copy(),
+        e2e_s=sim.rf[:, K.Q_E2E].copy(),
+        isl_tokens=sim.ri[:, K.R_ISL].copy(),
+        osl_tokens=sim.ri[:, K.R_OSL].copy(),
+        preemptions=int(st[K.S_PREEMPT]),
+        simulated_s=float(fs[K.F_NOW]) - float(np.min(arrival_s)) if n_req else 0.0,
+        steps=int(st[K.S_STEP]),
+        series_t_s=t.copy(),
+        queue_len=q.astype(np.int64),
+        running=r.astype(np.int64),
+        kv_used_fraction=kv.copy(),
         dp=dp,
         measured=measured,
-        longest_step_s=sim.longest_step_s,
+        longest_step_s=float(fs[K.F_LONGEST]),
     )
 
 
-class _Sim:
-    """The event loop; see the module docstring for the model. One instance per run."""
+class _Run:
+    """One run's state in arrays and the compiled loop that advances it (``sim_kernel``); the
+    loop comes back here only for a step-time row it lacks, or for more heap room."""
 
-    def __init__(self, eng, timer, w: Workload, n_req, rng, max_points):
-        self.eng, self.timer, self.w = eng, timer, w
-        self.block = eng.block_size
-        self.n_req = n_req
-        self.arrival_s = np.full(n_req, np.nan)
-        self.ttft_s = np.full(n_req, np.nan)
-        self.tpot_s = np.full(n_req, np.nan)
-        self.e2e_s = np.full(n_req, np.nan)
-        self.isl = np.zeros(n_req, dtype=np.int64)
-        self.osl = np.zeros(n_req, dtype=np.int64)
-        self.series = _Series(max_points)
-        self.now = 0.0
-        self.step = 0
-        self.preemptions = 0
-        self.longest_step_s = 0.0
-        self.issued = 0
-        self.finished = 0
-        # prefix cache: whole blocks of the shared prefix, pinned once in the pool
-        self.prefix_tokens = int(w.shared_prefix_tokens // self.block) * self.block
-        pinned = -(-self.prefix_tokens // self.block) if w.prefix_hit_rate > 0 else 0
-        self.free_blocks = eng.kv_blocks - pinned
-        self.hit_rng = np.random.default_rng([w.seed, 1])
-        # queues and in-flight state
-        self.waiting: deque[list] = deque()
-        self.running: dict[int, list] = {}  # admission order (dict keeps insertion order)
-        self.prefilling: list[list] = []
-        self.n_dec = 0
-        self.a_sum = 0  # sum over decodes of (tokens held - step at decode start)
-        self.phase = [0] * self.block  # decodes by (A mod block): who needs a block when
-        self.heap: list[tuple[int, int, int]] = []  # (finish step, id, version)
-        self.decoding: dict[int, list] = {}
-        if w.closed_loop:
-            self.lengths = _closed_loop_lengths(w, rng)
-            self.arrivals = None
-        else:
-            self.lengths = None
-            self.arrivals = _open_loop_arrivals(w, rng)
-        self.next_arrival = None
+    def __init__(self, eng: SimEngine, timer, w: Workload, n_req: int, rng, max_points: int):
+        self.timer = timer
+        self.table = getattr(timer, "table", None)  # None: a stand-in asked every step
+        block = eng.block_size
         # The engine's front end (HTTP, tokenizer, admission) delays every request by a fixed
         # latency before the scheduler sees it: a request sent at t enters the queue at
-        # t + frontend, and its TTFT/E2E (from t) include the delay. Closed-loop re-sends wait
-        # in ``pending`` (engine entry time, order, send time, lengths).
+        # t + frontend, and its TTFT/E2E (from t) include the delay.
         c = getattr(timer, "c", None)  # a test's stand-in timer has no candidate
         self.frontend_s = float(c.frontend_latency_s[0]) if c is not None else 0.0
         # speculative decoding: a decode step emits tau tokens per sequence on average, so an
         # output of n tokens takes ceil(n / tau) steps (the step time, from decode_step,
         # carries the k + 1 verified tokens and the drafts)
         self.tokens_per_step = float(c.spec_tokens_per_step[0]) if c is not None else 1.0
-        self.pending: list[tuple[float, int, float, int, int]] = []
-
-    # ------------------------------------------------------------------ arrivals
-    def _new_request(self, t: float, isl: int, osl: int) -> None:
-        i = self.issued
-        self.issued += 1
-        self.arrival_s[i], self.isl[i], self.osl[i] = t, isl, osl
-        cached = 0
-        if self.w.prefix_hit_rate > 0 and self.hit_rng.random() < self.w.prefix_hit_rate:
-            cached = min(self.prefix_tokens, ((isl - 1) // self.block) * self.block)
-        self.waiting.append([i, t, isl, osl, isl, cached, 0, cached, -1.0, 0, 0])
-
-    def _closed_loop_send(self, t: float) -> None:
-        nxt = next(self.lengths, None)
-        if nxt is None:
-            return
-        if self.frontend_s > 0:
-            heapq.heappush(self.pending, (t + self.frontend_s, self.issued + len(self.pending),
-                                          t, *nxt))  # fmt: skip
+        if w.closed_loop:
+            isl, osl = _closed_loop_draws(w, rng)
+            times = np.zeros(0)
         else:
-            self._new_request(t, *nxt)
-
-    def _pull_arrivals(self) -> None:
-        while self.pending and self.pending[0][0] <= self.now:
-            _, _, sent, isl, osl = heapq.heappop(self.pending)
-            self._new_request(sent, isl, osl)
-        if self.arrivals is None:
-            return
-        while True:
-            if self.next_arrival is None:
-                self.next_arrival = next(self.arrivals, None)
-                if self.next_arrival is None:
-                    self.arrivals = None
-                    return
-            if self.next_arrival[0] + self.frontend_s > self.now:
-                return
-            self._new_request(*self.next_arrival)
-            self.next_arrival = None
-
-    # ------------------------------------------------------------------ blocks
-    def _blocks(self, tokens: int, cached: int) -> int:
-        return -(-(tokens - cached) // self.block)
-
-    def _free_request(self, r: list, held_tokens: int) -> None:
-        self.free_blocks += self._blocks(held_tokens, r[_CACHED])
-
-    def _held_tokens(self, r: list) -> int:
-        """Tokens cached for ``r`` before the current step runs (evictions happen then)."""
-        if r[_ID] in self.decoding:
-            return r[_A] + self.step - 1
-        return r[_DONE]
-
-    def _preempt_last(self, keep: list | None = None) -> bool:
-        """Preempt the most recently admitted running sequence (not ``keep``); False if none."""
-        for rid in reversed(self.running):
-            r = self.running[rid]
-            if r is keep:
-                continue
-            self._evict(r)
-            return True
-        return False
-
-    def _evict(self, r: list) -> None:
-        self._free_request(r, self._held_tokens(r))
-        rid = r[_ID]
-        del self.running[rid]
-        if rid in self.decoding:
-            # generated = held - isl + 1: the newest token's KV is written by the next step
-            r[_GEN] = self._held_tokens(r) - r[_ISL] + 1
-            del self.decoding[rid]
-            self._remove_decode(r)
-            r[_VER] += 1  # its heap entry is now stale
+            times, isl, osl = _open_loop_draws(w, rng)
+        self.draws = (times, isl, osl)
+        # prefix cache: whole blocks of the shared prefix, pinned once in the pool; a request
+        # hits it with its own draw (in issue order, from a second stream)
+        prefix_tokens = int(w.shared_prefix_tokens // block) * block
+        pinned = -(-prefix_tokens // block) if w.prefix_hit_rate > 0 else 0
+        if w.prefix_hit_rate > 0:
+            self.hits = np.random.default_rng([w.seed, 1]).random(n_req) < w.prefix_hit_rate
         else:
-            self.prefilling.remove(r)
-        # recompute: prompt + generated tokens (minus the cached prefix); the step that
-        # finishes it samples the next token
-        r[_TARGET] = r[_ISL] + r[_GEN]
-        r[_DONE] = r[_CACHED]
-        self.waiting.appendleft(r)
-        self.preemptions += 1
+            self.hits = np.zeros(n_req, dtype=np.bool_)
+        self.cfg = np.zeros(K.CONFIG_SLOTS, dtype=np.int64)
+        self.cfg[[K.C_BLOCK, K.C_MAX_SEQS, K.C_BUDGET, K.C_KV_BLOCKS, K.C_CHUNKED, K.C_CLOSED,
+                  K.C_CONCURRENCY, K.C_REQUESTS, K.C_PREFIX, K.C_ONE_SHOT, K.C_DECODE_RUNS,
+                  K.C_MAX_POINTS]] = (
+            block, eng.max_num_seqs, eng.max_num_batched_tokens, eng.kv_blocks,
+            eng.chunked_prefill, w.closed_loop, w.concurrency or 0, n_req, prefix_tokens,
+            self.table is None, DECODE_RUNS, max(max_points, 2),
+        )  # fmt: skip
+        self.st = np.zeros(K.INT_SLOTS, dtype=np.int64)
+        self.st[K.S_FREE] = eng.kv_blocks - pinned
+        self.st[K.S_SERIES_EVERY] = 1
+        self.fs = np.zeros(K.FLOAT_SLOTS)
+        self.ri = np.zeros((n_req, K.REQUEST_INTS), dtype=np.int64)
+        self.rf = np.full((n_req, K.REQUEST_FLOATS), np.nan)
+        seqs = eng.max_num_seqs + 1
+        self.queues = (
+            np.zeros(n_req + 1, dtype=np.int64),  # waiting (a ring)
+            np.zeros(seqs, dtype=np.int64),  # running, in admission order
+            np.zeros(seqs, dtype=np.int64),  # prefilling, in admission order
+            np.zeros((2 * seqs, 2), dtype=np.int64),  # this step's chunks (request, tokens)
+        )
+        self.heap = np.zeros((4 * seqs + 64, 3), dtype=np.int64)  # (finish step, id, version)
+        # closed-loop re-sends waiting for the front end: (entry s, send s), (order, isl, osl)
+        self.pend_t = np.zeros((n_req + 1, 2))
+        self.pend_k = np.zeros((n_req + 1, 3), dtype=np.int64)
+        self.phase = np.zeros(block, dtype=np.int64)  # decodes by (A mod block): who needs a block
+        self.series = np.zeros((2 * max(max_points, 2), 4))
 
-    def _remove_decode(self, r: list) -> None:
-        self.n_dec -= 1
-        self.a_sum -= r[_A]
-        self.phase[r[_A] % self.block] -= 1
-
-    # ------------------------------------------------------------------ scheduling
-    def _schedule_prefill(self, budget: int) -> list[tuple[list, int]]:
-        """Chunks ``(request, tokens)`` for this step: running prompts first, then FCFS.
-
-        Without chunked prefill a prompt goes whole; the first prompt of a step may exceed
-        the budget (that is what "no chunking" means), later ones must fit in what is left.
-        """
-        chunks: list[tuple[list, int]] = []
-        chunked = self.eng.chunked_prefill
-        for r in list(self.prefilling):
-            if budget <= 0:
-                break
-            k = self._fit_blocks(r, min(r[_TARGET] - r[_DONE], budget))
-            if k > 0:
-                chunks.append((r, k))
-                budget -= k
-        while self.waiting and len(self.running) < self.eng.max_num_seqs:
-            r = self.waiting[0]
-            want = r[_TARGET] - r[_DONE]
-            if chunked:
-                if budget <= 0:
-                    break
-                k = min(want, budget)
-            else:
-                if want > budget and chunks:
-                    break
-                k = want
-            need = self._blocks(r[_DONE] + k, r[_CACHED]) - self._blocks(r[_DONE], r[_CACHED])
-            if need > self.free_blocks:
-                break  # FCFS: wait for blocks, never skip ahead
-            self.waiting.popleft()
-            self.free_blocks -= need
-            self.running[r[_ID]] = r
-            self.prefilling.append(r)
-            chunks.append((r, k))
-            budget -= k
-        return chunks
-
-    def _fit_blocks(self, r: list, k: int) -> int:
-        """Tokens of a running prompt's chunk that the pool holds now. Short of blocks, the
-        prompt waits for decodes to finish; with no decode left to free any, the latest
-        admitted other sequence is preempted (else the engine would deadlock)."""
-        while True:
-            have = self._blocks(r[_DONE], r[_CACHED])
-            room = (have + self.free_blocks) * self.block + r[_CACHED] - r[_DONE]
-            k_fit = min(k, room)
-            if k_fit > 0 or self.n_dec or not self._preempt_last(keep=r):
-                k_fit = max(k_fit, 0)
-                self.free_blocks -= self._blocks(r[_DONE] + k_fit, r[_CACHED]) - have
-                return k_fit
-
-    def _grow_decodes(self) -> None:
-        """Blocks for decodes whose next token opens a block; preempt LIFO when short."""
-        while True:
-            need = self.phase[(1 - self.step) % self.block]
-            if need <= self.free_blocks:
-                self.free_blocks -= need
-                return
-            if not self._preempt_last():
-                return
-
-    # ------------------------------------------------------------------ main loop
     def run(self) -> None:
-        if self.w.closed_loop:
-            for _ in range(min(self.w.concurrency, self.n_req)):
-                self._closed_loop_send(0.0)
-        block = self.block
-        timer = self.timer
+        times, isl, osl = self.draws
+        waiting, running, prefilling, chunks = self.queues
+        if self.cfg[K.C_CLOSED]:
+            K.open_closed_loop(self.cfg, self.frontend_s, self.st, self.ri, self.rf, isl, osl,
+                               self.hits, waiting, self.pend_t, self.pend_k)  # fmt: skip
+        empty = (np.full(1, -1, dtype=np.int64), np.zeros(1, dtype=np.int64),
+                 np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(1))  # fmt: skip
         while True:
-            self._pull_arrivals()
-            if self.n_dec and not self.waiting and not self.prefilling and self._decode_run():
-                continue  # time moved on: pull what arrived meanwhile
-            if not self.running and not self.waiting:
-                if self.pending:
-                    self.now = max(self.now, self.pending[0][0])
-                    continue
-                if self.next_arrival is None and self.arrivals is None:
-                    break
-                if self.next_arrival is None:
-                    self.next_arrival = next(self.arrivals, None)
-                    if self.next_arrival is None:
-                        break
-                self.now = max(self.now, self.next_arrival[0] + self.frontend_s)
-                continue
-            self.step += 1
-            s = self.step
-            if self.n_dec:
-                self._grow_decodes()
-            chunks = self._schedule_prefill(self.eng.max_num_batched_tokens - self.n_dec)
-            n_dec = self.n_dec
-            pre = 0
-            weighted = 0
-            for r, k in chunks:
-                pre += k
-                weighted += k * (2 * r[_DONE] + k)
-            ctx = (self.a_sum + n_dec * s) / n_dec if n_dec else 0.0
-            p_eq = weighted / pre if pre else 0.0
-            if n_dec == 0 and pre == 0:
-                r = self.waiting[0] if self.waiting else next(iter(self.running.values()))
-                raise ValueError(
-                    f"a {r[_TARGET]:,}-token prompt needs more than the "
-                    f"{self.eng.kv_blocks:,}-block KV pool holds"
-                )
-            dt = timer.step_s(n_dec, ctx, pre, p_eq)
-            if dt > self.longest_step_s:
-                self.longest_step_s = dt  # the worst inter-token gap a decode can see
-            self.now += dt
-            now = self.now
-            # prefill progress; a finished prompt emits its token at the end of this step
-            for r, k in chunks:
-                r[_DONE] += k
-                if r[_DONE] < r[_TARGET]:
-                    continue
-                self.prefilling.remove(r)
-                r[_GEN] += 1
-                if r[_TFIRST] < 0:
-                    r[_TFIRST] = now
-                    self.ttft_s[r[_ID]] = now - r[_ARR]
-                if r[_GEN] >= r[_OSL]:
-                    self._finish(r, r[_DONE])
-                    continue
-                a = r[_DONE] - s
-                r[_A] = a
-                self.decoding[r[_ID]] = r
-                self.n_dec += 1
-                self.a_sum += a
-                self.phase[a % block] += 1
-                left = r[_OSL] - r[_GEN]
-                if self.tokens_per_step > 1.0:
-                    left = math.ceil(left / self.tokens_per_step)
-                heapq.heappush(self.heap, (s + left, r[_ID], r[_VER]))
-            # decodes: every decoding sequence gained one token this step
-            heap = self.heap
-            while heap and heap[0][0] <= s:
-                _, rid, ver = heapq.heappop(heap)
-                r = self.decoding.get(rid)
-                if r is None or r[_VER] != ver:
-                    continue  # preempted since it was pushed
-                del self.decoding[rid]
-                self._remove_decode(r)
-                r[_GEN] = r[_OSL]
-                self._finish(r, r[_A] + s)
-            self.series.add(
-                s, now, len(self.waiting), len(self.running),
-                1.0 - self.free_blocks / self.eng.kv_blocks,
+            table = self.table.arrays() if self.table is not None else empty
+            status = K.run_loop(
+                self.cfg, self.tokens_per_step, self.frontend_s, self.st, self.fs, self.ri,
+                self.rf, times, isl, osl, self.hits, waiting, running, prefilling, chunks,
+                self.heap, self.pend_t, self.pend_k, self.phase, self.series, *table,
             )  # fmt: skip
-
-    def _decode_run(self) -> bool:
-        """Run decode-only steps while nothing else can happen; True if any step ran.
-
-        With no prompt waiting or prefilling, a step only decodes: the scheduler has nothing
-        to admit, so until the next request enters (its arrival + front end), the next
-        decode finishes (the heap's first step) or the pool runs short of blocks, each
-        step is its step time and the blocks its decodes open. This loop does exactly those
-        steps with the same step times, in the same order, as the general loop would
-        (so every number is identical), without its per-step scheduling (most steps of a
-        run are such steps). The mean context grows by one token a step, so the step time
-        stays one grid cell's for many steps: the timer is asked again only when the context
-        leaves the cell (``decode_cell``; a timer without it is asked every step)."""
-        heap, phase, block, series = self.heap, self.phase, self.block, self.series
-        finish = heap[0][0] if heap else math.inf
-        enter = self._next_entry_s()
-        cell = getattr(self.timer, "decode_cell", None)
-        if cell is None:
-            step_s = self.timer.step_s
-
-            def cell(n: int, ctx: float) -> tuple[float, float]:
-                return step_s(n, ctx, 0, 0.0), -math.inf
-
-        n_dec, a_sum, running = self.n_dec, self.a_sum, len(self.running)
-        kv_blocks = self.eng.kv_blocks
-        s, now, free, longest = self.step, self.now, self.free_blocks, self.longest_step_s
-        start = s
-        dt, high = 0.0, -math.inf
-        every = series.every
-        while s + 1 < finish and now < enter:
-            need = phase[(-s) % block]  # the blocks step s + 1 opens: (1 - (s + 1)) mod block
-            if need > free:
-                break  # short of blocks: the general loop preempts
-            s += 1
-            free -= need
-            ctx = (a_sum + n_dec * s) / n_dec
-            if not ctx < high:  # left the cell whose step time ``dt`` is
-                dt, high = cell(n_dec, ctx)
-                if dt > longest:
-                    longest = dt
-            now += dt
-            if s % every == 0:
-                series.add(s, now, 0, running, 1.0 - free / kv_blocks)
-                every = series.every
-        self.step, self.now, self.free_blocks, self.longest_step_s = s, now, free, longest
-        return s > start
-
-    def _next_entry_s(self) -> float:
-        """When the next request reaches the scheduler (inf: none left to arrive)."""
-        t = self.pending[0][0] if self.pending else math.inf
-        if self.next_arrival is not None:
-            t = min(t, self.next_arrival[0] + self.frontend_s)
-        elif self.arrivals is not None:
-            self.next_arrival = next(self.arrivals, None)
-            if self.next_arrival is None:
-                self.arrivals = None
+            if status == K.DONE:
+                return
+            if status == K.NEED_ROW:
+                self._give_step_time()
+            elif status == K.GROW:
+                self.heap = np.concatenate([self.heap, np.zeros_like(self.heap)])
+            elif status == K.TOO_BIG:
+                raise ValueError(
+                    f"a {int(self.st[K.S_BAD_TOKENS]):,}-token prompt needs more than the "
+                    f"{int(self.cfg[K.C_KV_BLOCKS]):,}-block KV pool holds"
+                )
             else:
-                t = min(t, self.next_arrival[0] + self.frontend_s)
-        return t
+                raise RuntimeError("the simulator reached an impossible state")
 
-    def _finish(self, r: list, held_tokens: int) -> None:
-        rid = r[_ID]
-        self.running.pop(rid, None)
-        self._free_request(r, held_tokens)
-        e2e = self.now - r[_ARR]
-        self.e2e_s[rid] = e2e
-        osl = r[_OSL]
-        self.tpot_s[rid] = (self.now - r[_TFIRST]) / (osl - 1) if osl > 1 else math.nan
-        self.finished += 1
-        if self.w.closed_loop:
-            self._closed_loop_send(self.now)
+    def _give_step_time(self) -> None:
+        """The step time the loop stopped for: from its cell's row (filling its block into the
+        table when missing), or a stand-in timer's answer; handed back for that one step."""
+        st, fs = self.st, self.fs
+        n_dec = int(st[K.S_NEED_DEC])
+        if self.table is None:
+            dt = self.timer.step_s(n_dec, float(fs[K.F_NEED_CTX]), int(st[K.S_NEED_TOKENS]),
+                                   float(fs[K.F_NEED_PEQ]))  # fmt: skip
+        else:
+            key = (int(st[K.S_NEED_CTX]), int(st[K.S_NEED_PRE]), int(st[K.S_NEED_PEQ]))
+            dt = self.timer.fill_table(key, n_dec)
+        fs[K.F_GIVEN_DT] = dt
+        st[K.S_GIVEN] = 1
 
 
 # ============================================================================ sweeps

@@ -89,38 +89,6 @@ class RateFound:
     binding: str  # what fails just above the rate: ttft, tpot or throughput
 
 
-class RunLengthStepTimer(StepTimer):
-    """``StepTimer`` with the same grid and memo that remembers the last cell it served.
-
-    At low load a replica decodes alone for hundreds of steps while the context grows by one
-    token a step, so consecutive steps fall in the same 1/64-octave cell; the parent
-    recomputes three logarithm keys per step (~1.7 us, half the simulation's time there).
-    Here a step with the same prefill inputs and a context strictly inside the last cell's
-    interval reuses that row; anything else goes through the parent, so every step time is
-    the one the parent returns (a test checks runs are identical).
-    """
-
-    def __init__(self, c, max_decodes: int):
-        super().__init__(c, max_decodes)
-        self._last: tuple[float, float, float, float, list[float]] | None = None
-
-    def step_s(self, n_dec: int, ctx_mean: float, pre: float, p_eq: float) -> float:
-        last = self._last
-        if (
-            last is not None
-            and pre == last[0]
-            and p_eq == last[1]
-            and last[2] < ctx_mean < last[3]
-            and n_dec < len(last[4])
-        ):
-            return last[4][n_dec]
-        key = self.key(ctx_mean, pre, p_eq)
-        row = self.row(key, n_dec)
-        low, high = self.context_edges(key[0])
-        self._last = (pre, p_eq, low, high, row)
-        return row[n_dec]
-
-
 class Replica:
     """One candidate's replica with its workload: ``run(rate)`` simulates it (shared engine
     limits and step-time memo across the search, which is most of the cost saved)."""
@@ -132,7 +100,7 @@ class Replica:
         self.c, self.isl, self.osl, self.slo, self.seed = c, isl, osl, slo, seed
         self.traffic, self.requests = traffic, requests
         self.engine = engine_for(c, isl.mean, osl.mean)
-        self.timer = RunLengthStepTimer(c, self.engine.max_num_seqs)
+        self.timer = StepTimer(c, self.engine.max_num_seqs)
         #: the last run: the simulation is a function of the rate (one seed), and the search's
         #: caller simulates at the last probe's rate again when no rate meets (a low rate, the
         #: longest simulation of the search)

@@ -16,7 +16,6 @@ from planner import pipeline, runner, tails, tasks
 from planner.models import SimulationCache, SizingRun
 from planner.planning import plan_inputs
 from planner.services import sizing_run_start
-from sizing.tail_search import RunLengthStepTimer
 from tests.factories import make_scenario
 
 pytestmark = [pytest.mark.django_db, pytest.mark.tails]
@@ -182,17 +181,3 @@ def test_no_tails_sizes_every_row_analytically(catalog):
     assert {r["latency_source"] for r in planned["rows"]} == {"analytic"}
     assert planned["summary"]["tails"] == "analytic" and planned["summary"]["simulated"] == 0
     assert all(r["evaluated"] for r in planned["rows"])
-
-
-def test_run_length_timer_gives_the_parent_timers_numbers(catalog):
-    from planner import snapshot as snap
-    from sizing.chain import candidate_arrays
-    from sizing.simulate import StepTimer
-
-    run = sizing_run_start(scenario=make_scenario(**SMALL))
-    [core] = snap.candidates(run.inputs, [0])
-    c = candidate_arrays([core])
-    fast, plain = RunLengthStepTimer(c, 256), StepTimer(c, 256)
-    for ctx in (100.0, 100.4, 101.0, 150.0, 150.2, 3000.0, 3001.0, 3002.5):
-        for n in (1, 7, 64):
-            assert fast.step_s(n, ctx, 0.0, 0.0) == plain.step_s(n, ctx, 0.0, 0.0)

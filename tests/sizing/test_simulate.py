@@ -260,7 +260,7 @@ def test_the_decode_only_fast_loop_changes_no_number(monkeypatch, workload):
     )
     # when it is simulated with the fast loop and again with every step through the general one
     fast = simulate(c, w)
-    monkeypatch.setattr("sizing.simulate._Sim._decode_run", lambda self: False)
+    monkeypatch.setattr("sizing.simulate.DECODE_RUNS", False)
     general = simulate(c, w)
     # then every per-request time, the step count and the series are identical
     for name in ("ttft_s", "tpot_s", "e2e_s", "series_t_s", "queue_len", "kv_used_fraction"):
@@ -350,3 +350,28 @@ def test_a_bounded_block_cache_changes_no_step_time(monkeypatch):
     # then every step time is still the one-cell timer's, and the cache stays within its bound
     assert [small.step_s(*a) for a in asked] == [single.step_s(*a) for a in asked]
     assert small.block_bytes <= 2 * 32 * 128 * 8 and len(small.blocks) <= 2
+
+
+def test_the_compiled_loop_runs_where_no_cache_folder_is_writable(tmp_path):
+    # given a process where no folder is writable for numba's on-disk cache
+    script = tmp_path / "no_cache.py"
+    script.write_text(
+        "import tempfile\n"
+        "def refuse(*args, **kwargs):\n"
+        "    raise OSError('read-only')\n"
+        "tempfile.TemporaryFile = refuse\n"
+        "from sizing.sim_kernel import compiled, grid_key\n"
+        "add = compiled(lambda x: x + 1)\n"
+        "print(add(1), type(add._cache).__name__)\n"
+    )
+    # when the kernel module is imported and a function is compiled there
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, str(script)], cwd=root, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(root), "PATH": ""}, timeout=120)  # fmt: skip
+    # then it compiles in memory instead of failing
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2", "NullCache"]
