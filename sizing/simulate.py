@@ -56,8 +56,8 @@ from sizing.sim_kernel import (  # the memo grid: one definition, the compiled l
     GRID_PER_OCTAVE,
     PREFILL_GRID_PER_OCTAVE,
     StepTable,
+    block_keys,
     grid_key,
-    table_key,
 )
 from sizing.steptime import decode_step
 
@@ -235,6 +235,10 @@ ROW_MIN_DECODES = 64
 CONTEXT_BLOCK = 32
 #: At most this many step times per core call: long rows get a narrower context block.
 BLOCK_ELEMENTS = 8192
+#: Prompt-token cells a mixed step's core call fills with its own (``StepTimer._prompt_band``):
+#: on the typical scenario's searches 8 took the core calls from 21,845 to 15,366 (16 and 32
+#: no fewer: the narrower context block then misses more), every value the same.
+PROMPT_BAND = 8
 #: Blocks kept per timer (bytes), the least recently used dropped first: a dropped block only
 #: costs a core call again for a cell not read yet (the cells read are kept as rows). Unbounded,
 #: one search of the typical scenario held 77 MB of blocks; at 32 MB its run makes 4.5 % more
@@ -262,13 +266,20 @@ class StepTimer:
     Reuse one timer across runs of the same candidate (sweeps, bisection).
     """
 
-    def __init__(self, c: CandidateArrays, max_decodes: int, context_block: int = CONTEXT_BLOCK):
+    def __init__(
+        self,
+        c: CandidateArrays,
+        max_decodes: int,
+        context_block: int = CONTEXT_BLOCK,
+        prompt_band: int = PROMPT_BAND,
+    ):
         if len(c) != 1:
             raise ValueError("StepTimer takes a single candidate row")
         self.c = c
         self.core_c = c.scalar_row()  # the same numbers for the core, at less cost per call
         self.decodes = np.arange(max_decodes + 1, dtype=np.float64)
         self.context_block = context_block
+        self.prompt_band = prompt_band
         self.rows: dict[tuple[int, int, int], list[float]] = {}
         #: (context block, prompt-token key, p_eq key) -> step times [context cell, decodes]
         self.blocks: dict[tuple[int, int, int], np.ndarray] = {}
@@ -332,19 +343,42 @@ class StepTimer:
 
     def fill_table(self, key: tuple[int, int, int], n_dec: int) -> float:
         """Put the block of ``key``'s cell, with rows of at least ``n_dec + 1`` decode counts,
-        into ``table`` (one core call, the block geometry of ``_fill``); its step time."""
-        length, width, first = self._block_shape(key, n_dec)
-        block = self._core(first, width, key[1], key[2], length)
-        keys = np.array([table_key(first + j, key[1], key[2]) for j in range(width)])
-        self.table.put(keys, block)
-        return float(block[key[0] - first, n_dec])
+        into ``table`` (one core call); its step time.
 
-    def _block_shape(self, key: tuple[int, int, int], n_dec: int) -> tuple[int, int, int]:
+        A step with prompt tokens fills a band of ``prompt_band`` prompt-token cells with it
+        (``_prompt_band``): a mixed step's prompt tokens are nearly always a new cell, its
+        context cell rarely, and a core call costs the same for 8x the cells."""
+        length, width, first = self._block_shape(key, n_dec, self._band_width(key))
+        pre_keys, p_keys = self._prompt_band(key)
+        block = self._core_band(first, width, pre_keys, p_keys, length)
+        keys = block_keys(first, width, np.array(pre_keys), np.array(p_keys))
+        self.table.put(keys, block.reshape(width * len(pre_keys), length))
+        return float(block[key[0] - first, pre_keys.index(key[1]), n_dec])
+
+    def _band_width(self, key: tuple[int, int, int]) -> int:
+        return 1 if key[1] == 0 else self.prompt_band
+
+    def _prompt_band(self, key: tuple[int, int, int]) -> tuple[list[int], list[int]]:
+        """The prompt-token cells filled with ``key``'s: ``prompt_band`` aligned neighbours
+        along the line ``p_eq key - prompt key = const`` (a whole prompt in one chunk has
+        ``p_eq = prompt``: three mixed steps in four lie on the diagonal), keeping both keys
+        >= 1; a decode-only step (prompt key 0) fills its own cell only."""
+        if key[1] == 0:
+            return [0], [key[2]]
+        offset, band = key[2] - key[1], self.prompt_band
+        start = key[1] // band * band
+        pre_keys = [k for k in range(start, start + band) if k >= 1 and k + offset >= 1]
+        return pre_keys, [k + offset for k in pre_keys]
+
+    def _block_shape(
+        self, key: tuple[int, int, int], n_dec: int, band: int = 1
+    ) -> tuple[int, int, int]:
         """Row length (the next power of two above ``n_dec``, at least ``ROW_MIN_DECODES``, at
         most ``max_decodes``: a run rarely decodes more than a few hundred sequences and the
-        core's cost grows with the row), context cells and first cell of ``key``'s block."""
+        core's cost grows with the row), context cells and first cell of ``key``'s block
+        (``band`` prompt-token cells per context cell)."""
         length = min(max(ROW_MIN_DECODES, 1 << n_dec.bit_length()), len(self.decodes))
-        width = max(1, min(self.context_block, BLOCK_ELEMENTS // length))
+        width = max(1, min(self.context_block, BLOCK_ELEMENTS // (length * band)))
         return length, width, key[0] // width * width
 
     def _keep(self, block_key: tuple[int, int, int], block: np.ndarray) -> None:
@@ -357,13 +391,23 @@ class StepTimer:
 
     def _core(self, first: int, width: int, pre_k: int, p_k: int, length: int) -> np.ndarray:
         """Step times of context cells ``first..first + width - 1`` x decodes ``0..length-1``."""
+        return self._core_band(first, width, [pre_k], [p_k], length)[:, 0, :]
+
+    def _core_band(
+        self, first: int, width: int, pre_keys: list[int], p_keys: list[int], length: int
+    ) -> np.ndarray:
+        """Step times of context cells ``first..first + width - 1`` x the prompt-token cells
+        ``zip(pre_keys, p_keys)`` x decodes ``0..length-1`` (the core is elementwise: each
+        value is the one ``_core`` gives for its cell)."""
         ctx = np.array([grid_value(k, GRID_PER_OCTAVE) for k in range(first, first + width)])
-        pre_v = grid_value(pre_k, PREFILL_GRID_PER_OCTAVE)
-        p_v = grid_value(p_k, PREFILL_GRID_PER_OCTAVE)
+        pre_v = np.array([grid_value(k, PREFILL_GRID_PER_OCTAVE) for k in pre_keys])
+        p_v = np.array([grid_value(k, PREFILL_GRID_PER_OCTAVE) for k in p_keys])
         self.core_calls += 1
-        decodes = self.decodes[None, :length]
-        step = decode_step(self.core_c, decodes, ctx[:, None], pre_v, p_v).step_s
-        return np.broadcast_to(step, (width, length))
+        decodes = self.decodes[None, None, :length]
+        step = decode_step(
+            self.core_c, decodes, ctx[:, None, None], pre_v[None, :, None], p_v[None, :, None]
+        ).step_s
+        return np.broadcast_to(step, (width, len(pre_keys), length))
 
 
 def context_cell(k: int) -> tuple[float, float]:

@@ -9,6 +9,7 @@ from specs_catalog import B200, GPT_OSS_120B, H100, LLAMA_8B, LLAMA_70B
 from sizing.candidates import CandidateArrays
 from sizing.memory import fit_memory
 from sizing.operating import closed_loop
+from sizing.sim_kernel import table_key
 from sizing.simulate import (
     LengthDist,
     SimEngine,
@@ -301,6 +302,29 @@ def test_a_context_block_per_core_call_gives_every_cell_its_own_numbers(name):
     assert blocked.core_calls < single.core_calls
 
 
+@pytest.mark.parametrize("name", ["dense", "tp4 pp2", "moe", "speculative"])
+def test_a_prompt_band_per_core_call_gives_every_cell_its_own_numbers(name):
+    # given one timer filling a band of prompt-token cells per core call, one a single cell
+    c = _varied_candidates()[name]
+    banded, single = StepTimer(c, 600), StepTimer(c, 600, context_block=1, prompt_band=1)
+    # when the compiled loop's table is filled for mixed steps on and off the diagonal
+    asked = [((ctx, pre, pre + d), n) for n in (0, 5, 63, 200)
+             for ctx in (3, 64, 700, 930) for pre in (1, 2, 40, 300, 413)
+             for d in (0, -1, -20) if pre + d >= 1]  # fmt: skip
+    given = [banded.fill_table(key, n) for key, n in asked]
+    # then each step time is the single cell's
+    assert given == [single.fill_table(key, n) for key, n in asked]
+    # and so is every other cell the bands put in the table (a sample of 200 rows)
+    keys, rows, starts, lengths, values = banded.table.arrays()
+    held = np.flatnonzero(keys != -1)
+    assert held.size > 4 * len(asked)  # the bands filled more cells than were asked
+    for slot in np.random.default_rng(0).choice(held, 200, replace=False):
+        k, row = int(keys[slot]), rows[slot]
+        cell = (k >> 40, (k >> 20) & 0xFFFFF, k & 0xFFFFF)
+        n = int(lengths[row]) - 1
+        assert values[starts[row] + n] == single.fill_table(cell, n), cell
+
+
 def test_decode_cell_holds_one_step_time_up_to_its_edge():
     c = _8b()
     timer, plain = StepTimer(c, 256), StepTimer(c, 256, context_block=1)
@@ -317,9 +341,10 @@ def test_block_filled_simulation_equals_one_cell_per_core_call():
     w = Workload(lengths_from_mean_p95(1000, 3000), lengths_from_mean_p95(300, 800),
                  requests=300, rate_rps=2.0, warmup_requests=30, seed=5)  # fmt: skip
     eng = engine_for(c, 1000, 300)
-    # when simulated with the default timer and with one filling a single cell per call
+    # when simulated with the default timer (blocks of context x prompt-token cells) and with
+    # one filling a single cell per call
     fast = simulate(c, w, eng, StepTimer(c, eng.max_num_seqs))
-    plain = simulate(c, w, eng, StepTimer(c, eng.max_num_seqs, context_block=1))
+    plain = simulate(c, w, eng, StepTimer(c, eng.max_num_seqs, context_block=1, prompt_band=1))
     # then every number is identical
     for name in ("ttft_s", "tpot_s", "e2e_s", "series_t_s", "queue_len", "kv_used_fraction"):
         assert np.array_equal(getattr(fast, name), getattr(plain, name), equal_nan=True), name
