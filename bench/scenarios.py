@@ -6,7 +6,9 @@
 1. A typical scenario (3 models x 4 GPUs x 3 precisions x the valid TP choices) from
    ``sizing_run_start`` to saved results with simulated tails (bound-and-prune rounds), with
    one worker and with four: median and max seconds, cold (simulation cache emptied before
-   each run) and warm (the same inputs again, as a re-run or a shared link's refresh is).
+   each run, workers keeping no step times: ``SIZING_STEP_MEMO_MB=0``) and warm (the same
+   inputs again, as a re-run or a shared link's refresh is); then cold again with the
+   workers' step-time memo on (the default) and warm from an earlier run of the candidates.
 2. The ~1,200-candidate sweep (10 models x 10 GPUs x 3 precisions x valid TPs), cold, with
    1 worker and with 2 workers.
 
@@ -16,6 +18,7 @@ Loopback services only; bounded in count and time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -94,6 +97,20 @@ def start_workers(count: int) -> list[subprocess.Popen]:
         )
         for i in range(count)
     ]
+
+
+@contextlib.contextmanager
+def memo(megabytes: int):
+    """Workers started inside keep ``megabytes`` of step times (``SIZING_STEP_MEMO_MB``)."""
+    before = os.environ.get("SIZING_STEP_MEMO_MB")
+    os.environ["SIZING_STEP_MEMO_MB"] = str(megabytes)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SIZING_STEP_MEMO_MB")
+        else:
+            os.environ["SIZING_STEP_MEMO_MB"] = before
 
 
 def stop(workers) -> None:
@@ -190,20 +207,36 @@ def main() -> None:
             "warm": measure(typical, args.repeats, cold=False),
         }
 
-    out["typical_1_worker"] = with_workers(1, typical_job)
-    out["typical_4_workers"] = with_workers(4, typical_job)
+    def memo_job():
+        time_run(typical)  # the workers compute (and keep) the candidates' step times
+        return {"cold": measure(typical, args.repeats, cold=True)}
+
+    # cold: workers keep no step times between searches (SIZING_STEP_MEMO_MB=0), so every
+    # run computes them anew, as a worker seeing these candidates for the first time does
+    with memo(0):
+        out["typical_1_worker"] = with_workers(1, typical_job)
+        out["typical_4_workers"] = with_workers(4, typical_job)
+    # the same cold simulation cache, with the workers' step-time memo (the default) warm from
+    # an earlier run of the same candidates: a rerun, or another traffic on those candidates
+    out["typical_1_worker_memo"] = with_workers(1, memo_job)
+    out["typical_4_workers_memo"] = with_workers(4, memo_job)
     if not args.typical_only:
         out["sweep_2_workers"] = with_workers(2, lambda: measure(sweep, 1, cold=True))
         out["sweep_1_worker"] = with_workers(1, lambda: measure(sweep, 1, cold=True))
     if args.json:
         print(json.dumps(out, indent=2))
         return
-    for key in ("typical_1_worker", "typical_4_workers"):
+    for key in ("typical_1_worker", "typical_4_workers", "typical_1_worker_memo",
+                "typical_4_workers_memo"):  # fmt: skip
         for kind in ("cold", "warm"):
+            if kind not in out[key]:
+                continue
             t = out[key][kind]
+            memo_note = ", step-time memo warm" if key.endswith("_memo") else ""
+            workers = key.split("_")[1]
             print(
-                f"typical scenario ({t['candidates']} candidates, tails on, {kind} cache), "
-                f"{key.split('_', 1)[1].replace('_', ' ')}: median {t['median_s']:.2f} s, "
+                f"typical scenario ({t['candidates']} candidates, tails on, {kind} cache"
+                f"{memo_note}), {workers} worker(s): median {t['median_s']:.2f} s, "
                 f"max {t['max_s']:.2f} s over {t['runs']} runs, "
                 f"{t['simulated_per_run']:.0f} simulated per run"
             )

@@ -157,6 +157,16 @@ class StepTable:
         self.hash_keys.fill(-1)
         self.counts[:] = 0
 
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (*self.arrays(), self.counts))
+
+    def trim(self) -> None:
+        """Give back the values' unused room (a table kept idle for a later search)."""
+        used = int(self.counts[1])
+        if self.values.size > used:
+            self.values = self.values[:used].copy()
+
     def arrays(self) -> tuple[np.ndarray, ...]:
         return self.hash_keys, self.hash_rows, self.row_start, self.row_len, self.values
 

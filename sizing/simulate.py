@@ -37,7 +37,12 @@ pure-Python loop drew them, and the loop returns here only for a step-time block
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
+import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -247,6 +252,12 @@ BLOCK_CACHE_BYTES = 32 << 20
 #: The compiled loop's table of step-time rows per timer (bytes; emptied when full). Whole
 #: blocks go in, so a neighbouring cell costs no return to Python.
 TABLE_BYTES = 48 << 20
+#: Step-time memos kept per thread across searches (``shared_timer``), bytes of their tables
+#: and blocks (environment ``SIZING_STEP_MEMO_MB``, default 1024; 0 keeps none): a step time
+#: is a function of the candidate's row and its grid cell only, not of the traffic, so a
+#: rerun, another scenario or another door sizing the same candidate reuses every row its
+#: timer filled (the typical scenario's 17 timers hold ~500 MB once trimmed).
+SHARED_TIMER_BYTES = int(os.environ.get("SIZING_STEP_MEMO_MB", "1024")) << 20
 
 
 def grid_value(k: int, per_octave: int) -> float:
@@ -408,6 +419,51 @@ class StepTimer:
             self.core_c, decodes, ctx[:, None, None], pre_v[None, :, None], p_v[None, :, None]
         ).step_s
         return np.broadcast_to(step, (width, len(pre_keys), length))
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the memo: the compiled loop's table and the blocks (bytes)."""
+        return self.table.nbytes + self.block_bytes
+
+
+_shared = threading.local()
+
+
+def shared_timer(c: CandidateArrays, max_decodes: int) -> StepTimer:
+    """The step-time memo of this candidate row, kept for the thread's next searches.
+
+    Keyed by every number of the row (and its specs) and ``max_decodes``; the least recently
+    used memos are dropped past ``SHARED_TIMER_BYTES``. Sharing changes no number (a row of
+    step times is a pure function of its cell: the table is filled in any order), only how
+    many core calls a search makes. Per thread, since a timer's table is not thread-safe."""
+    if SHARED_TIMER_BYTES <= 0:
+        return StepTimer(c, max_decodes)
+    timers: OrderedDict = _shared.__dict__.setdefault("timers", OrderedDict())
+    for idle in timers.values():
+        idle.table.trim()
+    key = (_row_digest(c), int(max_decodes))
+    timer = timers.pop(key, None) or StepTimer(c, max_decodes)
+    timers[key] = timer  # the most recently used last
+    while len(timers) > 1 and sum(t.nbytes for t in timers.values()) > SHARED_TIMER_BYTES:
+        timers.popitem(last=False)
+    return timer
+
+
+def clear_shared_timers() -> None:
+    """Forget this thread's step-time memos (a benchmark's cold start)."""
+    _shared.__dict__.pop("timers", None)
+
+
+def _row_digest(c: CandidateArrays) -> str:
+    """SHA-256 of the candidate row's arrays and specs."""
+    h = hashlib.sha256()
+    for f in dataclasses.fields(c):
+        value = getattr(c, f.name)
+        if isinstance(value, np.ndarray):
+            h.update(f"{f.name}:{value.dtype}:".encode() + np.ascontiguousarray(value).tobytes())
+        else:
+            h.update(f"{f.name}:{value!r}".encode())
+    return h.hexdigest()
 
 
 def context_cell(k: int) -> tuple[float, float]:

@@ -21,10 +21,10 @@ from sizing.operating import closed_loop
 from sizing.simulate import (
     LengthDist,
     SimResult,
-    StepTimer,
     Workload,
     engine_for,
     meets_slo,
+    shared_timer,
     simulate,
 )
 
@@ -91,7 +91,9 @@ class RateFound:
 
 class Replica:
     """One candidate's replica with its workload: ``run(rate)`` simulates it (shared engine
-    limits and step-time memo across the search, which is most of the cost saved)."""
+    limits and step-time memo across the search, which is most of the cost saved; the memo
+    is the thread's ``shared_timer`` of the candidate row, so the next search of the same
+    row, whatever its traffic, starts with the step times this one filled)."""
 
     def __init__(
         self, c, isl: LengthDist, osl: LengthDist, traffic, slo, seed: int,
@@ -100,7 +102,7 @@ class Replica:
         self.c, self.isl, self.osl, self.slo, self.seed = c, isl, osl, slo, seed
         self.traffic, self.requests = traffic, requests
         self.engine = engine_for(c, isl.mean, osl.mean)
-        self.timer = StepTimer(c, self.engine.max_num_seqs)
+        self.timer = shared_timer(c, self.engine.max_num_seqs)
         #: the last run: the simulation is a function of the rate (one seed), and the search's
         #: caller simulates at the last probe's rate again when no rate meets (a low rate, the
         #: longest simulation of the search)
@@ -114,7 +116,11 @@ class Replica:
         return result
 
     def _simulate(self, rate_rps: float) -> SimResult:
-        workload = Workload(
+        return simulate(self.c, self.workload(rate_rps), self.engine, self.timer)
+
+    def workload(self, rate_rps: float) -> Workload:
+        """The Poisson workload one probe simulates at ``rate_rps``."""
+        return Workload(
             self.isl,
             self.osl,
             requests=self.requests,
@@ -124,7 +130,6 @@ class Replica:
             warmup_requests=int(self.requests * WARMUP_SHARE),
             seed=self.seed,
         )
-        return simulate(self.c, workload, self.engine, self.timer)
 
     def probe(self, rate_rps: float) -> Probe:
         r = self.run(rate_rps)

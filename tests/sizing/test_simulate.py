@@ -9,7 +9,6 @@ from specs_catalog import B200, GPT_OSS_120B, H100, LLAMA_8B, LLAMA_70B
 from sizing.candidates import CandidateArrays
 from sizing.memory import fit_memory
 from sizing.operating import closed_loop
-from sizing.sim_kernel import table_key
 from sizing.simulate import (
     LengthDist,
     SimEngine,

@@ -77,3 +77,63 @@ def test_a_rerun_at_the_last_probes_rate_reuses_its_simulation():
     assert again is first and other is not first and back is not first
     fresh = Replica(c, isl, osl, traffic, slo, seed=3, requests=200).run(4.0)
     assert np.array_equal(back.ttft_s, fresh.ttft_s) and np.array_equal(first.ttft_s, fresh.ttft_s)
+
+
+def _replica_parts():
+    from types import SimpleNamespace
+
+    from specs_catalog import H100, LLAMA_8B
+
+    from sizing.candidates import CandidateArrays
+    from sizing.simulate import lengths_from_mean_p95
+
+    c = CandidateArrays.build(LLAMA_8B, H100, "fp8")
+    traffic = SimpleNamespace(shared_prefix_tokens=0.0, prefix_hit_rate=0.0)
+    slo = SimpleNamespace(ttft_ms=500, tpot_ms=50, percentile=95, goodput_target=0.99)
+    return c, lengths_from_mean_p95(1000, 3000), lengths_from_mean_p95(200, 600), traffic, slo
+
+
+def test_a_second_search_of_the_same_row_reuses_the_step_times_and_changes_no_number():
+    from sizing.simulate import StepTimer, clear_shared_timers, simulate
+    from sizing.tail_search import Replica
+
+    # given a replica searched once on a fresh thread memo
+    clear_shared_timers()
+    c, isl, osl, traffic, slo = _replica_parts()
+    first = Replica(c, isl, osl, traffic, slo, seed=3, requests=300)
+    runs = [first.run(rate) for rate in (2.0, 4.0)]
+    calls = first.timer.core_calls
+    # when another search of the same row (a rerun: the same seed) runs the same rates
+    second = Replica(c, isl, osl, traffic, slo, seed=3, requests=300)
+    # then it shares the memo, makes no new core call for the same steps, and every number is
+    # the one a replica with its own new memo gets
+    assert second.timer is first.timer
+    again = [second.run(rate) for rate in (2.0, 4.0)]
+    assert second.timer.core_calls == calls
+    for a, b in zip(runs, again, strict=True):
+        assert np.array_equal(a.ttft_s, b.ttft_s) and np.array_equal(a.tpot_s, b.tpot_s)
+    own = simulate(c, second.workload(4.0), second.engine, StepTimer(c, second.engine.max_num_seqs))
+    assert np.array_equal(own.tpot_s, again[1].tpot_s, equal_nan=True)
+    clear_shared_timers()
+
+
+def test_the_shared_memo_keys_on_the_row_and_drops_the_least_recently_used(monkeypatch):
+    import dataclasses
+
+    from sizing import simulate as sim
+
+    sim.clear_shared_timers()
+    c, *_ = _replica_parts()
+    other = dataclasses.replace(c, eta_mem=c.eta_mem * 0.9)  # another calibration
+    # given a memo of one row, then another
+    a = sim.shared_timer(c, 64)
+    b = sim.shared_timer(other, 64)
+    # then each row has its own timer and asking again returns it
+    assert a is not b and sim.shared_timer(c, 64) is a and sim.shared_timer(other, 64) is b
+    assert sim.shared_timer(c, 128) is not a  # another engine limit, another memo
+    # when the memory bound is below what they hold
+    monkeypatch.setattr(sim, "SHARED_TIMER_BYTES", 1)
+    # then only the most recently asked one is kept
+    last = sim.shared_timer(other, 64)
+    assert last is b and sim.shared_timer(c, 64) is not a
+    sim.clear_shared_timers()
