@@ -171,7 +171,16 @@ def simulate_disagg(
     p_busy = np.zeros(ranks_p, dtype=bool)
     link_free = np.zeros(ranks_d)
     pending = [deque() for _ in range(ranks_d)]  # transferred, waiting for a slot
-    running: list[list] = [[] for _ in range(ranks_d)]  # [request, tokens left, context]
+    # A decode rank's running sequences as aggregates: every step gives each one token, so
+    # a sequence admitted before step s of its rank with o tokens to go finishes at step
+    # s + o and its context grows by one a step. Per rank: steps run, sequences, the sum of
+    # their contexts (integers in floats: exact), and a heap of (finish step, admission
+    # order, request): finishers leave in admission order, as a list of them would.
+    steps_d = np.zeros(ranks_d, dtype=np.int64)
+    running_n = np.zeros(ranks_d, dtype=np.int64)
+    context_sum = np.zeros(ranks_d)
+    finishing: list[list] = [[] for _ in range(ranks_d)]
+    admitted = 0
     d_busy = np.zeros(ranks_d, dtype=bool)
     load_d = np.zeros(ranks_d)
     sent = 0
@@ -191,7 +200,7 @@ def simulate_disagg(
         if p_busy[rank] or not queues[rank]:
             return
         room, tokens, weighted, done = budget, 0.0, 0.0, []
-        for i in list(queues[rank]):
+        for i in queues[rank]:  # not changed in the loop: the finished leave after it
             if room <= 0:
                 break
             take = min(room, req[i, 3])
@@ -204,24 +213,27 @@ def simulate_disagg(
                 done.append(i)
             else:
                 break  # a chunked prompt fills the step
-        for i in done:
-            queues[rank].remove(i)
+        for _ in done:  # the queue's first ones, in order (FCFS: a chunked prompt stops it)
+            queues[rank].popleft()
         queued_tokens[rank] -= tokens
         p_busy[rank] = True
         push(t + timer.prefill_s(tokens, weighted / tokens), "prefilled", (rank, done))
 
     def start_decode(rank: int, t: float) -> None:
+        nonlocal admitted
         if d_busy[rank]:
             return
-        while pending[rank] and len(running[rank]) < slots:
+        while pending[rank] and running_n[rank] < slots:
             i = pending[rank].popleft()
-            running[rank].append([i, req[i, 2], req[i, 1]])
-        if not running[rank]:
+            admitted += 1
+            heapq.heappush(finishing[rank], (steps_d[rank] + int(req[i, 2]), admitted, i))
+            running_n[rank] += 1
+            context_sum[rank] += req[i, 1]
+        n = int(running_n[rank])
+        if n == 0:
             return
-        n = len(running[rank])
-        ctx = sum(r[2] for r in running[rank]) / n
         d_busy[rank] = True
-        push(t + timer.decode_s(n, ctx), "decoded", rank)
+        push(t + timer.decode_s(n, context_sum[rank] / n), "decoded", rank)
 
     if concurrency is not None:
         for _ in range(min(concurrency, requests)):
@@ -255,22 +267,20 @@ def simulate_disagg(
             pending[d].append(i)
             start_decode(d, t)
         elif kind == "decoded":
-            d_busy[payload] = False
-            keep = []
-            for r in running[payload]:
-                r[1] -= 1
-                r[2] += 1
-                if r[1] <= 0:
-                    i = int(r[0])
-                    req[i, 5] = t
-                    finished.append(i)
-                    load_d[payload] -= 1
-                    if concurrency is not None:
-                        send(t)
-                else:
-                    keep.append(r)
-            running[payload] = keep
-            start_decode(payload, t)
+            d = payload
+            d_busy[d] = False
+            steps_d[d] += 1
+            context_sum[d] += running_n[d]
+            while finishing[d] and finishing[d][0][0] <= steps_d[d]:
+                _, _, i = heapq.heappop(finishing[d])
+                running_n[d] -= 1
+                context_sum[d] -= req[i, 1] + req[i, 2]  # its context after its last token
+                req[i, 5] = t
+                finished.append(i)
+                load_d[d] -= 1
+                if concurrency is not None:
+                    send(t)
+            start_decode(d, t)
 
     kept = np.array(finished[warmup_requests:], dtype=np.int64)
     if len(kept) == 0:

@@ -107,7 +107,9 @@ def test_predict_rows_handles_100k_rows_fast():
     )
     elapsed = time.perf_counter() - t0
     assert len(r) == n
-    assert elapsed < 5.0
+    # a guard against a per-row Python loop (~40x slower), not a benchmark: the figure is
+    # bench/sizing.py's (README); on a loaded shared machine this took 5.2 s once
+    assert elapsed < 30.0
     assert np.all(np.isfinite(r.tpot_ms[r.fits]))
     assert np.all(r.tpot_ms[r.fits] > 0)
     assert np.all(r.reason[~r.fits] != "")
