@@ -34,10 +34,17 @@ def _first(entry: dict, keys: tuple[str, ...]) -> float | None:
     return None
 
 
+def best_option(summary: dict) -> dict | None:
+    """The summary's per-GPU entry of the overall best option (cheapest meeting the SLOs)."""
+    best = (summary or {}).get("best")
+    for entry in (summary or {}).get("per_gpu", []):
+        if best and entry.get("recommended") == best:
+            return entry
+    return None
+
+
 def run_metrics(run) -> dict[str, tuple[float | None, str]]:
     """{label: (value, kind)} for a finished run's best option and each GPU's recommendation."""
-    from planner.views import best_option
-
     if run is None or run.status != "succeeded":
         return {}
     summary = run.summary or {}

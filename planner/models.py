@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 from django.conf import settings
@@ -319,8 +320,13 @@ class CandidateResult(models.Model):
         return self.candidate_key
 
 
+def hash_share_token(token: str) -> str:
+    """What a share link stores of its token: its SHA-256 (hex)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
 class ShareLink(models.Model):
-    """A read-only link; only a hash of its token is stored."""
+    """A read-only link; only a hash of its token is stored (``hash_share_token``)."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     scenario = models.ForeignKey(Scenario, on_delete=models.CASCADE, related_name="share_links")

@@ -68,8 +68,7 @@ def share_link_for_token(token: str):
     """The live (not revoked, not expired) link for a raw token, or None."""
     from django.utils import timezone
 
-    from planner.models import ShareLink
-    from planner.services import hash_share_token
+    from planner.models import ShareLink, hash_share_token
 
     link = (
         ShareLink.objects.select_related("scenario", "run")

@@ -7,7 +7,6 @@ first and saves inside one transaction, so bad input never leaves a half-saved r
 from __future__ import annotations
 
 import copy
-import hashlib
 import logging
 import math
 import re
@@ -25,7 +24,7 @@ from fleets.models import GpuSku, ModelArchitecture
 from planner import lifecycle
 from planner import prices as scenario_prices
 from planner import snapshot as snap
-from planner.models import PRECISIONS, Scenario, ShareLink, SizingRun
+from planner.models import PRECISIONS, Scenario, ShareLink, SizingRun, hash_share_token
 from planner.selectors import (
     catalog_index,
     gpu_spec,
@@ -921,10 +920,6 @@ def sizing_run_rerun(*, run: SizingRun, background: bool = False) -> SizingRun:
 
 
 # --------------------------------------------------------------------------- share links
-
-
-def hash_share_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def share_link_create(

@@ -82,15 +82,6 @@ def visible_run(request, pk: int) -> SizingRun:
     )
 
 
-def best_option(summary: dict) -> dict | None:
-    """The summary's per-GPU entry of the overall best option (cheapest meeting the SLOs)."""
-    best = (summary or {}).get("best")
-    for entry in (summary or {}).get("per_gpu", []):
-        if best and entry.get("recommended") == best:
-            return entry
-    return None
-
-
 # --------------------------------------------------------------------------- scenarios
 
 
@@ -114,7 +105,11 @@ def scenario_list(request):
     )
     for scenario in scenarios:
         scenario.latest_run = runs.get(scenario.latest_run_id)
-        best = best_option(scenario.latest_run.summary) if scenario.latest_run else None
+        best = (
+            compare_numbers.best_option(scenario.latest_run.summary)
+            if scenario.latest_run
+            else None
+        )
         scenario.best_usd_per_month = best.get("usd_per_month") if best else None
     all_tags = sorted({t for tags in visible.values_list("tags", flat=True) for t in tags or []})
     context = {
@@ -197,7 +192,7 @@ def scenario_detail(request, pk: int):
     scenario = visible_scenario(request, pk)
     runs = list(scenario.runs.only("status", "progress", "created_at", "summary")[:30])
     for run in runs:
-        best = best_option(run.summary)
+        best = compare_numbers.best_option(run.summary)
         run.best_usd_per_month = best.get("usd_per_month") if best else None
     context = {
         "scenario": scenario,
@@ -525,7 +520,7 @@ def run_outcome(run: SizingRun | None) -> list[tuple[str, str]]:
     if run is None:
         return [("Run", "never run")]
     summary = run.summary or {}
-    best = best_option(summary)
+    best = compare_numbers.best_option(summary)
     rows = [
         ("Run", f"#{run.pk} · {run.status} · {run.created_at:%Y-%m-%d %H:%M}"),
         (
