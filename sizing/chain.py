@@ -693,11 +693,16 @@ def _operating_steps(
     s.append(
         step(
             "mean_ttft_ms",
-            "(n_chunks + wait_steps) * prefill_step + queue",
+            "frontend + residual + (n_chunks - 1 + wait_steps) * prefill_step + last_step"
+            " + swap_in + queue",
             [
+                q("frontend", op.frontend_s[i] * 1e3, "ms (engine front end)"),
+                q("residual", op.arrival_residual_s[i] * 1e3, "ms (step in progress)"),
                 n_chunks,
-                q("wait_steps", op.prefill_wait_steps[i], "steps (M/D/1, damped)"),
+                q("wait_steps", op.prefill_wait_steps[i], "steps (M/D/1, damped, or wave)"),
                 q("prefill_step", prefill.step_s[i] * 1e3, "ms"),
+                q("last_step", op.last_prefill_step_s[i] * 1e3, "ms (the prompt's last chunk)"),
+                q("swap_in", op.swap_in_s[i] * 1e3, "ms (LoRA adapter)"),
                 q("queue", op.queue_s[i] * 1e3, "ms"),
             ],
             op.ttft_s[i] * 1e3,

@@ -16,7 +16,8 @@ prompts). Per DP rank with B sequences, prompts of ``isl`` and outputs of ``osl`
   Clients that draw their lengths drift apart: the group keeps a share
   ``q = prefill_wave_fraction`` of that and otherwise holds the own chunk plus one step's
   arriving prompt tokens, ``G = max(G_lock - (1 - q) (G_lock - min(chunk + P, budget -
-  dec)), chunk)`` (``prefill_group_tokens``).
+  dec)), chunk)`` (``prefill_group_tokens``), and a prompt sent mid-step first waits out
+  the step in progress, ``(1 - q) * t_step / 2``.
   ``TTFT = (n_ch - 1 + wait) * t_group + t_last`` (a step carrying G prompt tokens; the
   last carries the prompt's remainder) with ``wait =
   rho^2 / (2 (1 - rho)) * n_ch`` steps behind other groups (``rho = P / (budget - dec)``
@@ -121,6 +122,11 @@ class OperatingPoint:
     #: share of the lock-step prefill group that arrives together (1: equal lengths or a
     #: backlog; ``prefill_wave_fraction`` where closed-loop clients draw their lengths)
     prefill_group_coherence: np.ndarray | None = None
+    #: the step in progress a drifted-apart prompt waits out (s), the step holding the
+    #: prompt's last chunk (s) and a LoRA adapter's swap-in (s): the rest of the TTFT
+    arrival_residual_s: np.ndarray | None = None
+    last_prefill_step_s: np.ndarray | None = None
+    swap_in_s: np.ndarray | None = None
     #: prompt tokens actually prefilled per request: ``isl`` minus the expected cached prefix
     prefill_isl_tokens: np.ndarray | None = None
 
@@ -411,6 +417,9 @@ def _operating_point(
     ) * prefill.step_s
     blend = np.clip(pre / chunk - 1.0, 0.0, 1.0)
     tpot = (1.0 - blend) * tpot + blend * np.maximum(grouped, tpot)
+    # Drifted-apart clients send mid-step, so a prompt first waits out the step in progress:
+    # half a mean step on average (a lock-step group arrives as a step ends, q = 1).
+    residual = 0.5 * (1.0 - together) * tpot
     tpot = tpot / tau  # per output token: a step emits tau of them
     rho = np.minimum(pre / np.maximum(budget - dec, 1.0), MAX_PREFILL_RHO)
     # The groups are nearly deterministic (D/D/1 would give no wait below saturation), so the
@@ -431,7 +440,9 @@ def _operating_point(
     last_tokens = np.maximum(group - (n_ch * chunk - isl), 1.0)
     last = decode_step(c, dec, ctx, last_tokens, prompt)
     prefill_own = (n_ch - 1.0) * prefill.step_s + last.step_s
-    ttft = c.frontend_latency_s + prefill_own + wait_steps * prefill.step_s + swap_in_s(c)
+    ttft = (
+        c.frontend_latency_s + residual + prefill_own + wait_steps * prefill.step_s + swap_in_s(c)
+    )
     residence = ttft + osl * tpot
     x_instance = b_rank / residence * c.dp
     queue = np.where(offered > batch, (offered - batch) / x_instance, 0.0)
@@ -466,6 +477,9 @@ def _operating_point(
         frontend_s=c.frontend_latency_s * np.ones(n),
         wave_wait_steps=wave_steps,
         prefill_group_coherence=together,
+        arrival_residual_s=residual,
+        last_prefill_step_s=last.step_s,
+        swap_in_s=swap_in_s(c) * np.ones(n),
         prefill_isl_tokens=isl,
     )
 
