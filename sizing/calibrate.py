@@ -86,6 +86,7 @@ UNFITTED_FLAGS = {
 }
 # InferenceX draws lengths uniformly in [0.8, 1] x nominal (--random-range-ratio 0.8).
 DRAWN_LENGTH_FACTOR = 0.9
+DRAWN_LENGTHS_FLAG = "lengths_drawn_0.8_to_1"
 
 
 PHYSICS = PRIOR  # the prior every fit starts from, and the last fallback
@@ -128,6 +129,11 @@ class FitPoint:
     flags: frozenset[str] = frozenset()
     #: the engine release the row was measured on ('' when the source does not say)
     engine_release: str = ""
+
+    @property
+    def lengths_drawn(self) -> bool:
+        """The benchmark drew each request's lengths (closed-loop clients drift apart)."""
+        return DRAWN_LENGTHS_FLAG in self.flags
 
     @property
     def precision(self) -> str:
@@ -216,7 +222,7 @@ def _layout(row: Any) -> tuple[int, int, int, int]:
 
 def _point(row: Any, model: ModelSpec, gpu: GpuSpec, gpu_key: str, generation: str) -> FitPoint:
     num_gpus, tp, pp, ep = _layout(row)
-    scale = DRAWN_LENGTH_FACTOR if "lengths_drawn_0.8_to_1" in row.flags else 1.0
+    scale = DRAWN_LENGTH_FACTOR if DRAWN_LENGTHS_FLAG in row.flags else 1.0
     return FitPoint(
         model=model,
         gpu=gpu,
@@ -307,6 +313,7 @@ class _Columns:
             "osl": col("osl"),
             "concurrency": col("concurrency"),
             "engine": [_ENGINES[_engine_name(p.engine)] for p in pts],
+            "lengths_drawn": np.array([p.lengths_drawn for p in pts], dtype=bool),
         }
         metric_index = np.array([FIT_METRICS.index(p.metric) for p in pts], dtype=np.int64)
         return cls(pts, arrays, metric_index, col("value"))

@@ -157,6 +157,7 @@ def predict_rows(
     embedding_precision: str | Sequence[str | None] | None = None,
     images_per_request: Any = 0.0,
     tokens_per_image: Any = 0.0,
+    lengths_drawn: Any = False,
 ) -> Predictions:
     """Predict throughput and latency for n benchmark-shaped rows at once.
 
@@ -181,6 +182,10 @@ def predict_rows(
     images_per_request, tokens_per_image : vision-language input (``sizing.vision``): the
         image tokens join the prompt (prefill, KV, TTFT) and the vision encoder's FLOPs the
         prefill; ``tokens_per_image`` 0 derives it from the model's vision config
+    lengths_drawn : bool per row: the clients draw their lengths (e.g. a benchmark's
+        random range ratio), so closed-loop re-arrivals drift apart and the prefill step
+        holds a share ``prefill_wave_fraction`` of the lock-step group
+        (``operating.prefill_group_tokens``); False: equal lengths, the whole group
 
     Returns
     -------
@@ -210,7 +215,7 @@ def predict_rows(
         isl_a = isl_a + image
         c = vision.with_images(c, image, isl_a)
     fit = fit_memory(c, isl_a + osl_a, np.broadcast_to(n_gpus, (n,)))
-    op = closed_loop(c, fit, isl_a, osl_a, concurrency)
+    op = closed_loop(c, fit, isl_a, osl_a, concurrency, lengths_drawn=lengths_drawn)
     ok = fit.fits
     nan = np.nan
     return Predictions(
@@ -646,6 +651,7 @@ def _operating_steps(
             "ms",
         )
     )
+    s.append(_prefill_group_step(c, op, i, b_rank, isl))
     for name, st_time, what in (
         ("mixed_step_ms", mixed, "a decode step carrying one prompt chunk"),
         ("prefill_step_ms", prefill, "the step that prefills a prompt (chunk + co-released)"),
@@ -687,11 +693,16 @@ def _operating_steps(
     s.append(
         step(
             "mean_ttft_ms",
-            "(n_chunks + wait_steps) * prefill_step + queue",
+            "frontend + residual + (n_chunks - 1 + wait_steps) * prefill_step + last_step"
+            " + swap_in + queue",
             [
+                q("frontend", op.frontend_s[i] * 1e3, "ms (engine front end)"),
+                q("residual", op.arrival_residual_s[i] * 1e3, "ms (step in progress)"),
                 n_chunks,
-                q("wait_steps", op.prefill_wait_steps[i], "steps (M/D/1, damped)"),
+                q("wait_steps", op.prefill_wait_steps[i], "steps (M/D/1, damped, or wave)"),
                 q("prefill_step", prefill.step_s[i] * 1e3, "ms"),
+                q("last_step", op.last_prefill_step_s[i] * 1e3, "ms (the prompt's last chunk)"),
+                q("swap_in", op.swap_in_s[i] * 1e3, "ms (LoRA adapter)"),
                 q("queue", op.queue_s[i] * 1e3, "ms"),
             ],
             op.ttft_s[i] * 1e3,
@@ -731,6 +742,29 @@ def _operating_steps(
         )
     )
     return s
+
+
+def _prefill_group_step(c: CandidateArrays, op: OperatingPoint, i: int, b_rank, isl) -> Step:
+    """The prompt tokens of the step that prefills a request (``prefill_group_tokens``)."""
+    lock = "min(B_rank * isl, budget - dec)"
+    apart = "min(chunk + P, budget - dec, B_rank * isl)"
+    return step(
+        "prefill_step_tokens",
+        f"max({lock} - (1 - q) * ({lock} - {apart}), chunk)",
+        [
+            b_rank,
+            isl,
+            q("budget", c.max_num_batched_tokens[i], "tokens (max_num_batched_tokens)"),
+            q("dec", op.decode_seqs_per_step[i], "sequences"),
+            q("chunk", op.chunk_tokens[i], "tokens"),
+            q("P", op.prefill_tokens_per_step[i], "tokens arriving per step"),
+            q("q", op.prefill_group_coherence[i], "share of the lock-step group"),
+        ],
+        op.prefill_step_tokens[i],
+        "tokens",
+        "equal lengths keep closed-loop clients in lock step (q = 1); drawn lengths drift "
+        "them apart (q = prefill_wave_fraction)",
+    )
 
 
 # ============================================================================ plan

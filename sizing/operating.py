@@ -13,6 +13,11 @@ prompts). Per DP rank with B sequences, prompts of ``isl`` and outputs of ``osl`
   (decode + one chunk), the rest pure decode. ``TPOT = (1 - f) * t_pure + f * t_mixed``.
 - Closed-loop clients with equal lengths stay in step: prompts reach the engine in groups
   that fill the budget left by the decodes, ``G = max(min(B * isl, budget - dec), chunk)``.
+  Clients that draw their lengths drift apart: the group keeps a share
+  ``q = prefill_wave_fraction`` of that and otherwise holds the own chunk plus one step's
+  arriving prompt tokens, ``G = max(G_lock - (1 - q) (G_lock - min(chunk + P, budget -
+  dec)), chunk)`` (``prefill_group_tokens``), and a prompt sent mid-step first waits out
+  the step in progress, ``(1 - q) * t_step / 2``.
   ``TTFT = (n_ch - 1 + wait) * t_group + t_last`` (a step carrying G prompt tokens; the
   last carries the prompt's remainder) with ``wait =
   rho^2 / (2 (1 - rho)) * n_ch`` steps behind other groups (``rho = P / (budget - dec)``
@@ -114,6 +119,14 @@ class OperatingPoint:
     #: request waits behind its own wave of re-arriving prompts (included in prefill_wait_steps)
     frontend_s: np.ndarray | None = None
     wave_wait_steps: np.ndarray | None = None
+    #: share of the lock-step prefill group that arrives together (1: equal lengths or a
+    #: backlog; ``prefill_wave_fraction`` where closed-loop clients draw their lengths)
+    prefill_group_coherence: np.ndarray | None = None
+    #: the step in progress a drifted-apart prompt waits out (s), the step holding the
+    #: prompt's last chunk (s) and a LoRA adapter's swap-in (s): the rest of the TTFT
+    arrival_residual_s: np.ndarray | None = None
+    last_prefill_step_s: np.ndarray | None = None
+    swap_in_s: np.ndarray | None = None
     #: prompt tokens actually prefilled per request: ``isl`` minus the expected cached prefix
     prefill_isl_tokens: np.ndarray | None = None
 
@@ -164,6 +177,7 @@ def closed_loop(
     osl: np.ndarray,
     concurrency: np.ndarray | float = np.nan,
     envelope: bool = True,
+    lengths_drawn: np.ndarray | bool = False,
 ) -> OperatingPoint:
     """Operating point at ``concurrency`` clients per instance. NaN: max throughput, the batch
     in ``[1, batch_max]`` with the highest request rate (a geometric scan, refined by
@@ -178,26 +192,39 @@ def closed_loop(
     and the rest of the clients queue (``queue_s = (C - b) / X``, Little). Holding more
     sequences therefore never lowers the rate (a GPU with more HBM is never slower).
     Searches over the batch itself (``slo_operating_point``, the tail model) pass
-    ``envelope=False`` to evaluate exactly the batch they ask for."""
+    ``envelope=False`` to evaluate exactly the batch they ask for.
+
+    ``lengths_drawn`` marks rows whose clients draw their lengths (a benchmark's random
+    range ratio, real traffic): their re-arrivals drift apart, so the step that prefills a
+    prompt holds only a share ``prefill_wave_fraction`` of the lock-step group
+    (``prefill_group_tokens``). Rows with equal lengths (the default) keep the whole group,
+    as the simulator's fixed-length closed loop runs it."""
     n = len(c)
     isl = np.broadcast_to(np.asarray(isl, dtype=np.float64), (n,))
     osl = np.broadcast_to(np.maximum(np.asarray(osl, dtype=np.float64), 1.0), (n,))
     conc = np.broadcast_to(np.asarray(concurrency, dtype=np.float64), (n,))
     b_max = batch_limit(c, fit, isl, osl)
+    drawn = np.broadcast_to(np.asarray(lengths_drawn, dtype=bool), (n,))
+    coherence = np.where(drawn, c.prefill_wave_fraction, 1.0)
     blank = np.isnan(conc)
     admitted = np.where(blank, b_max, np.minimum(np.maximum(conc, 1.0), b_max))
     best = admitted.copy()
     scan = blank & fit.fits
     if envelope:
-        scan |= _past_the_peak(c, fit, isl, osl, admitted, ~blank & fit.fits & (admitted > 1))
+        scan |= _past_the_peak(
+            c, fit, isl, osl, admitted, ~blank & fit.fits & (admitted > 1), coherence
+        )
     rows = np.flatnonzero(scan)
     if len(rows):
         sub_fit = _take_fit(fit, rows)
         best[rows] = max_throughput_batch(
-            c.take(rows), sub_fit, isl[rows], osl[rows], admitted[rows], waves=~blank[rows]
-        )
+            c.take(rows), sub_fit, isl[rows], osl[rows], admitted[rows], waves=~blank[rows],
+            coherence=coherence[rows],
+        )  # fmt: skip
     offered = np.where(blank, best, conc)
-    op = _operating_point(c, fit, isl, osl, offered, np.where(scan, best, b_max), waves=~blank)
+    op = _operating_point(
+        c, fit, isl, osl, offered, np.where(scan, best, b_max), waves=~blank, coherence=coherence
+    )
     return replace(op, batch_max=b_max)
 
 
@@ -220,8 +247,10 @@ def _past_the_peak(
     osl: np.ndarray,
     admitted: np.ndarray,
     candidates: np.ndarray,
+    coherence: np.ndarray | float = 1.0,
 ) -> np.ndarray:
-    """Rows (of ``candidates``) whose closed-loop rate falls with the batch at ``admitted``."""
+    """Rows (of ``candidates``) whose closed-loop rate falls with the batch at ``admitted``;
+    ``coherence`` as in ``_operating_point``."""
     past = np.zeros(len(c), dtype=bool)
     rows = np.flatnonzero(candidates)
     if len(rows) == 0:
@@ -231,8 +260,9 @@ def _past_the_peak(
     at = admitted[rows]
     fewer = np.maximum(np.floor(at * PEAK_CHECK_FRACTION), 1.0)
     args = (sub, sub_fit, isl[rows], osl[rows])
-    op = _operating_point(*args, at, at, waves=True)
-    x_fewer = _operating_point(*args, fewer, at, waves=True).requests_per_s
+    share = np.broadcast_to(np.asarray(coherence, dtype=np.float64), (len(c),))[rows]
+    op = _operating_point(*args, at, at, waves=True, coherence=share)
+    x_fewer = _operating_point(*args, fewer, at, waves=True, coherence=share).requests_per_s
     # the prompt queue's load: past PREFILL_RHO_SCAN its wait grows steeply and can drop the
     # rate below a much smaller batch's (a cliff, not a local slope)
     room = np.maximum(sub.max_num_batched_tokens - op.decode_seqs_per_step, 1.0)
@@ -248,20 +278,26 @@ def max_throughput_batch(
     osl: np.ndarray,
     b_max: np.ndarray,
     waves: np.ndarray | bool = False,
+    coherence: np.ndarray | float = 1.0,
 ) -> np.ndarray:
     """Per row, the batch in ``[1, b_max]`` maximizing requests/s (sequences, per instance);
-    ``waves`` where the clients re-arrive in waves (a fixed concurrency, see
-    ``_operating_point``).
+    ``waves`` where the clients re-arrive in waves (a fixed concurrency) and ``coherence``
+    the share of their lock-step group that stays together (see ``_operating_point``).
 
     A coarse scan (``MAX_THROUGHPUT_FRACTIONS``); rows whose best is an inner point are
     refined between its scan neighbours (the rate is unimodal in B: more sequences share
     each weight read until prefill stalls and KV reads dominate)."""
     waves = np.broadcast_to(np.asarray(waves, dtype=bool), (len(c),))
+    coherence = np.broadcast_to(np.asarray(coherence, dtype=np.float64), (len(c),))
     top = np.maximum(b_max, 1.0)
     batches = [np.maximum(np.floor(top * f), 1.0) for f in MAX_THROUGHPUT_FRACTIONS]
-    rates = [
-        _operating_point(c, fit, isl, osl, b, b_max, waves=waves).requests_per_s for b in batches
-    ]
+
+    def rate(b: np.ndarray) -> np.ndarray:
+        return _operating_point(
+            c, fit, isl, osl, b, b_max, waves=waves, coherence=coherence
+        ).requests_per_s
+
+    rates = [rate(b) for b in batches]
     k = np.argmax(np.stack(rates), axis=0)  # first (largest batch) wins ties
     best_b = np.choose(k, batches)
     inner = np.flatnonzero(k > 0)
@@ -278,12 +314,48 @@ def max_throughput_batch(
     for _ in range(MAX_THROUGHPUT_REFINE):
         for probe in (np.floor(np.sqrt(lo * b)), np.floor(np.sqrt(hi * b))):
             probe = np.clip(probe, 1.0, t)
-            xp = _operating_point(*args, probe, b_max[inner], waves=waves[inner]).requests_per_s
+            xp = _operating_point(
+                *args, probe, b_max[inner], waves=waves[inner], coherence=coherence[inner]
+            ).requests_per_s
             better = xp > x * (1.0 + 1e-9)
             b, x = np.where(better, probe, b), np.where(better, xp, x)
         lo, hi = np.sqrt(lo * b), np.sqrt(hi * b)
     best_b[inner] = b
     return best_b
+
+
+def prefill_group_tokens(
+    wave_tokens: np.ndarray,
+    chunk_tokens: np.ndarray,
+    arriving_tokens_per_step: np.ndarray,
+    room_tokens: np.ndarray,
+    coherence: np.ndarray | float,
+) -> np.ndarray:
+    """Prompt tokens in the step that prefills a request's chunk (tokens, per DP rank).
+
+    ``G = max(G_lock - (1 - q) * (G_lock - G_apart), chunk)`` with
+
+    - ``G_lock = min(B * isl, budget - dec)``: clients in lock step (equal lengths, released
+      together) send their prompts together, and one step carries the whole wave;
+    - ``G_apart = min(chunk + P, budget - dec)``: clients whose re-arrivals have drifted
+      apart (drawn lengths) send a stream of ``P`` prompt tokens per step, so the step holds
+      the request's own chunk and about one step's arrivals of the others;
+    - ``q = coherence`` (``prefill_wave_fraction`` for drawn lengths, 1 for equal ones).
+
+    Parameters
+    ----------
+    wave_tokens : ``B * isl``, every client's prompt at once (tokens)
+    chunk_tokens : the request's own chunk (tokens)
+    arriving_tokens_per_step : ``P``, prompt tokens arriving per step (tokens)
+    room_tokens : ``budget - dec``, the budget the decodes leave (tokens)
+    coherence : ``q`` in 0..1
+    """
+    lock = np.minimum(wave_tokens, room_tokens)
+    apart = np.minimum(chunk_tokens + arriving_tokens_per_step, room_tokens)
+    # a drifted-apart step is never larger than the lock-step one (both capped by the room);
+    # written from G_lock so that q = 1 gives G_lock exactly
+    apart = np.minimum(apart, lock)
+    return np.maximum(lock - (1.0 - coherence) * (lock - apart), chunk_tokens)
 
 
 def _operating_point(
@@ -294,10 +366,13 @@ def _operating_point(
     conc: np.ndarray,
     b_max: np.ndarray,
     waves: np.ndarray | bool = False,
+    coherence: np.ndarray | float = 1.0,
 ) -> OperatingPoint:
     """The mean-value model at ``conc`` clients; ``waves`` where closed-loop clients
     re-arrive in waves (a fixed concurrency), not where a backlog refills slots one by one
-    (max throughput: offline benchmarks keep every slot busy from a queue)."""
+    (max throughput: offline benchmarks keep every slot busy from a queue); ``coherence``
+    (0..1) the share of the lock-step prefill group those waves keep together
+    (``prefill_group_tokens``; 1 for equal lengths)."""
     n = len(c)
     offered = np.maximum(np.broadcast_to(conc, (n,)), 1.0)
     batch = np.where(fit.fits, np.minimum(offered, b_max), 0.0)
@@ -322,12 +397,16 @@ def _operating_point(
     mixed = decode_step(c, dec, ctx, mixed_tokens, prompt)
     tpot = (1.0 - mixed_frac) * pure.step_s + mixed_frac * mixed.step_s
 
-    # Closed-loop clients finish in step with each other (they were released together and
-    # have the same lengths), so their next prompts reach the engine as a group and share one
+    # Closed-loop clients with equal lengths finish in step with each other (they were
+    # released together), so their next prompts reach the engine as a group and share one
     # prefill step: the step that prefills a prompt carries up to the whole budget left by
     # the decodes, ``min(B * isl, budget - decodes)`` tokens (>= the prompt's own chunk).
+    # Drawn lengths drift the clients apart: only the share ``coherence`` of that group
+    # stays together, the rest arrives as a stream (prefill_group_tokens). A backlog (max
+    # throughput) fills the budget whatever the lengths, so it keeps the whole group.
     room = np.maximum(budget - dec, chunk)
-    group = np.maximum(np.minimum(b_rank * isl, budget - dec), chunk)
+    together = np.where(waves, np.broadcast_to(coherence, (n,)), 1.0)
+    group = prefill_group_tokens(b_rank * isl, chunk, pre, budget - dec, together)
     prefill = decode_step(c, dec, ctx, group, prompt)
     # Once prompts outnumber one chunk per step they arrive in such groups: a share
     # ``pre / group`` of steps carries a whole group and the rest decode alone, which costs
@@ -338,6 +417,9 @@ def _operating_point(
     ) * prefill.step_s
     blend = np.clip(pre / chunk - 1.0, 0.0, 1.0)
     tpot = (1.0 - blend) * tpot + blend * np.maximum(grouped, tpot)
+    # Drifted-apart clients send mid-step, so a prompt first waits out the step in progress:
+    # half a mean step on average (a lock-step group arrives as a step ends, q = 1).
+    residual = 0.5 * (1.0 - together) * tpot
     tpot = tpot / tau  # per output token: a step emits tau of them
     rho = np.minimum(pre / np.maximum(budget - dec, 1.0), MAX_PREFILL_RHO)
     # The groups are nearly deterministic (D/D/1 would give no wait below saturation), so the
@@ -358,7 +440,9 @@ def _operating_point(
     last_tokens = np.maximum(group - (n_ch * chunk - isl), 1.0)
     last = decode_step(c, dec, ctx, last_tokens, prompt)
     prefill_own = (n_ch - 1.0) * prefill.step_s + last.step_s
-    ttft = c.frontend_latency_s + prefill_own + wait_steps * prefill.step_s + swap_in_s(c)
+    ttft = (
+        c.frontend_latency_s + residual + prefill_own + wait_steps * prefill.step_s + swap_in_s(c)
+    )
     residence = ttft + osl * tpot
     x_instance = b_rank / residence * c.dp
     queue = np.where(offered > batch, (offered - batch) / x_instance, 0.0)
@@ -392,6 +476,10 @@ def _operating_point(
         prefill_step_tokens=group,
         frontend_s=c.frontend_latency_s * np.ones(n),
         wave_wait_steps=wave_steps,
+        prefill_group_coherence=together,
+        arrival_residual_s=residual,
+        last_prefill_step_s=last.step_s,
+        swap_in_s=swap_in_s(c) * np.ones(n),
         prefill_isl_tokens=isl,
     )
 

@@ -264,7 +264,9 @@ class Calibration:
         (HTTP/tokenizer front-end, scheduler admission); part of TTFT only.
     prefill_wave_fraction : how coherent closed-loop waves of re-arriving prompts stay
         (0: spread out, 1: a whole batch's prompts arrive in one wave); scales the wait
-        behind the wave in ``operating.closed_loop``.
+        behind the wave in ``operating.closed_loop`` and, where the clients draw their
+        lengths, the share of the lock-step prefill group a prompt's step still holds
+        (``operating.prefill_group_tokens``).
     allreduce_latency_s : per all-reduce latency on the scale-up link.
     link_efficiency : achieved fraction of the link's one-way bandwidth.
     relative_error : +- band (fraction) on throughput and TPOT: the profile's cross-validated

@@ -6,7 +6,13 @@ from specs_catalog import H100, LLAMA_8B, LLAMA_70B
 
 from sizing.candidates import CandidateArrays
 from sizing.memory import fit_memory
-from sizing.operating import batch_limit, closed_loop, kv_sequences_live, slo_operating_point
+from sizing.operating import (
+    batch_limit,
+    closed_loop,
+    kv_sequences_live,
+    prefill_group_tokens,
+    slo_operating_point,
+)
 from sizing.specs import Calibration, EngineSettings
 
 
@@ -107,3 +113,39 @@ def test_slo_point_binding_memory_throughput_and_unmeetable():
     assert not sp.meets_slo[2]
     assert sp.binding[2] == "tpot"
     assert sp.point.batch[2] == 1
+
+
+def test_prefill_group_is_the_wave_in_lock_step_and_own_chunk_plus_arrivals_apart():
+    # given 64 clients of 1,000-token prompts, 100 prompt tokens arriving per step and a
+    # budget leaving 8,000 tokens beside the decodes
+    wave, chunk, arriving, room = np.array([64_000.0]), np.array([1_000.0]), 100.0, 8_000.0
+    # when the group is taken at coherence 1, 0 and 0.25
+    lock, apart, quarter = (
+        prefill_group_tokens(wave, chunk, arriving, room, q)[0] for q in (1.0, 0.0, 0.25)
+    )
+    # then lock step fills the room, drifted-apart clients add one step's arrivals to the
+    # own chunk, and a partial coherence lies between, linearly
+    assert lock == 8_000.0
+    assert apart == 1_100.0
+    assert quarter == pytest.approx(1_100.0 + 0.25 * 6_900.0)
+
+
+def test_drawn_lengths_shrink_the_closed_loop_prefill_step_and_equal_lengths_keep_it():
+    # given a 70B replica whose profile says waves keep 20 % of their coherence
+    c = CandidateArrays.build(
+        LLAMA_70B, H100, "fp8", tp=4, calibration=Calibration(prefill_wave_fraction=0.2)
+    )
+    fit = fit_memory(c, 2000.0)
+    # when 64 clients send 1,000-token prompts of equal and of drawn lengths
+    equal = closed_loop(c, fit, 1000.0, 1000.0, 64)
+    drawn = closed_loop(c, fit, 1000.0, 1000.0, 64, lengths_drawn=True)
+    # then equal lengths keep the whole lock-step group (coherence 1, no mid-step arrival)
+    assert equal.prefill_group_coherence[0] == 1.0
+    assert equal.arrival_residual_s[0] == 0.0
+    # and drawn ones prefill in a smaller step, so the first token comes sooner
+    assert drawn.prefill_group_coherence[0] == pytest.approx(0.2)
+    assert drawn.prefill_step_tokens[0] < 0.5 * equal.prefill_step_tokens[0]
+    assert drawn.ttft_s[0] < equal.ttft_s[0]
+    # (max throughput keeps a backlog filling the budget: drawn or not, the same numbers)
+    best = [closed_loop(c, fit, 1000.0, 1000.0, lengths_drawn=d).ttft_s[0] for d in (0, 1)]
+    assert best[0] == best[1]

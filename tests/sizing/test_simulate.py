@@ -399,3 +399,27 @@ def test_the_compiled_loop_runs_where_no_cache_folder_is_writable(tmp_path):
     # then it compiles in memory instead of failing
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["2", "NullCache"]
+
+
+@pytest.mark.parametrize("model,tp", [(LLAMA_8B, 1), (LLAMA_70B, 4)], ids=["8b", "70b-tp4"])
+def test_mean_value_ttft_with_drawn_lengths_follows_the_simulator_not_the_lock_step(model, tp):
+    # given closed-loop clients drawing prompt and output lengths in [0.8, 1] x 1,024 tokens
+    # (InferenceX's random range ratio) through a 10 ms front end, so they drift apart
+    from sizing.specs import Calibration
+
+    spread = Calibration(frontend_latency_s=0.010, prefill_wave_fraction=0.0)
+    c = CandidateArrays.build(model, H100, "fp8", tp=tp, calibration=spread)
+    lengths = LengthDist(921.6, kind="uniform", low=819.2, high=1024.0)
+    fit = fit_memory(c, 2 * 921.6)
+    for conc in (4, 16, 64):
+        w = Workload(lengths, lengths, requests=10 * conc, concurrency=conc,
+                     warmup_requests=3 * conc)  # fmt: skip
+        simulated = simulate(c, w).mean_ms("ttft")
+        drawn = closed_loop(c, fit, 921.6, 921.6, conc, lengths_drawn=True).ttft_s[0] * 1e3
+        lock_step = closed_loop(c, fit, 921.6, 921.6, conc).ttft_s[0] * 1e3
+        # then the mean-value TTFT with drawn lengths (coherence 0: own chunk plus one step's
+        # arrivals, after half the step in progress) is within 20 % of the simulated one
+        assert drawn == pytest.approx(simulated, rel=0.20), conc
+        # while the lock-step group (equal lengths) would be far off once clients outnumber 4
+        if conc >= 16:
+            assert lock_step > 1.8 * simulated, conc
