@@ -39,13 +39,7 @@ tokens/s. At X requests/s the pool's load is ``rho_p = X * isl / (ranks_p * mu_t
 prompt waits ``wait_p = rho_p / (2 (1 - rho_p)) * step_full`` (M/D/1 in steps of one full batch)
 and then takes its own ``prefill_s`` (steptime.prefill_time, alone).
 
-An attention-DP prefill worker (DP ranks of TP GPUs sharing an EP group of expert GPUs) runs
-a rank's routed-expert GEMMs on the whole EP group; the core times them as if every rank were
-prefilling at once. A prompt meets each other rank busy with probability ``rho_p``, so its
-routed FLOPs take ``share = min(1, TP (1 + (DP - 1) rho_p) / EP)`` of the core's time
-(``PrefillPool.own_prefill_s``; sizing keeps share 1, the pool at its full load):
-
-``TTFT = frontend + wait_p + own_prefill_s + exposed_transfer_s + link_wait_s (+ client queue)``
+``TTFT = frontend + wait_p + prefill_s + exposed_transfer_s + link_wait_s (+ client queue)``
 
 Decode pool (``ranks_d = y * dp_d``)
 ------------------------------------
@@ -107,7 +101,7 @@ from sizing.memory import (
 )
 from sizing.operating import batch_limit, live_context_tokens, slo_operating_point
 from sizing.specs import Calibration, EngineSettings, GpuSpec, ModelSpec
-from sizing.steptime import decode_step, prefill_time, routed_active_params
+from sizing.steptime import decode_step, prefill_time
 
 #: Achieved share of the NIC's line rate for KV-cache transfers over RDMA: Mooncake's vLLM v1
 #: connector reached 142.25 GB/s of ~200 GB/s (8x RoCE) moving a 32k-token cache, 71.1 %
@@ -383,23 +377,10 @@ class PrefillPool:
     step_tokens: np.ndarray  # G
     step_full_s: np.ndarray
     tokens_per_s_per_rank: np.ndarray  # mu_tok
-    prefill_s: np.ndarray  # one prompt alone, every other DP rank prefilling too (share 1)
+    prefill_s: np.ndarray  # one prompt alone
     frontend_s: np.ndarray
     #: fitted scale on the M/D/1 wait (calibration: ``prefill_wait_scale``; 1 unfitted)
     wait_scale: np.ndarray
-    #: the worker's layout (attention-DP ranks sharing an EP group of expert GPUs)
-    tp: np.ndarray
-    ep: np.ndarray
-    dp: np.ndarray
-    #: one chunk through one stage (steptime.stage_cost), and how many such passes the
-    #: prompt makes, ``n_chunks + PP - 1``
-    stage_mem_s: np.ndarray
-    stage_flop_s: np.ndarray
-    stage_comm_s: np.ndarray
-    stage_passes: np.ndarray
-    #: the routed experts' GEMMs inside ``stage_flop_s`` (s), timed as the core does: every
-    #: DP rank's tokens on the EP group at once, a rank's share ``TP / EP`` x DP of them
-    routed_flop_s: np.ndarray
 
     def capacity_rps(self, isl: np.ndarray) -> np.ndarray:
         """Requests/s the whole pool prefills at full load, ``ranks * mu_tok / isl``."""
@@ -414,43 +395,6 @@ class PrefillPool:
         r = np.minimum(rho, MAX_RHO)
         return self.wait_scale * r / (2.0 * (1.0 - r)) * self.step_full_s
 
-    def expert_share(self, rho: np.ndarray) -> np.ndarray:
-        """Share of the core's routed-expert GEMM time a prompt's own prefill meets (0-1].
-
-        ``share = min(1, TP * (1 + (DP - 1) * rho) / EP)``
-
-        A rank's routed-expert FLOPs spread over the EP group's GPUs, so when ``n`` ranks
-        prefill at once each GPU runs ``n / EP`` of one rank's; the core (steptime.stage_cost)
-        divides them by the rank's TP GPUs, i.e. assumes ``n = EP / TP`` (all ``DP`` ranks
-        busy when ``EP = TP * DP``). A prompt meets each other rank busy only with
-        probability ``rho`` (the pool's load): ``n = 1 + (DP - 1) * rho``, share ``TP n / EP``.
-        Example: TP1 x DP16 with EP16 at rho 0.2: ``(1 + 15 * 0.2) / 16 = 0.25``. No
-        attention DP (``DP = 1``) or experts only over the TP group (``EP <= TP``): 1.
-        """
-        busy = 1.0 + (self.dp - 1.0) * np.clip(rho, 0.0, 1.0)
-        return np.minimum(1.0, self.tp * busy / np.maximum(self.ep, 1.0))
-
-    def own_prefill_s(self, rho: np.ndarray) -> np.ndarray:
-        """The prompt's own prefill at load ``rho`` (s): its routed-expert GEMMs shrunk to
-        ``expert_share(rho)`` of the core's,
-
-        ``stage' = max(mem_s, flop_s - (1 - share) * routed_flop_s) + comm_s``,
-        ``own = prefill_s + passes * (stage' - stage)`` (``passes = n_chunks + PP - 1``).
-        """
-        shrink = (1.0 - self.expert_share(rho)) * self.routed_flop_s
-        stage = np.maximum(self.stage_mem_s, self.stage_flop_s) + self.stage_comm_s
-        shared = np.maximum(self.stage_mem_s, self.stage_flop_s - shrink) + self.stage_comm_s
-        return self.prefill_s + self.stage_passes * (shared - stage)
-
-
-def routed_prefill_flop_s(cp: CandidateArrays, chunk_tokens: np.ndarray) -> np.ndarray:
-    """The routed experts' GEMM time inside one prefill chunk's stage, as the core times it:
-    ``2 * k * params_per_expert * L_moe * chunk / (TP * PP) / (F_e * eta_flop_prefill)`` (s);
-    0 for dense models (steptime.stage_cost, ``F_e`` the experts' own peak)."""
-    flops = 2.0 * routed_active_params(cp) * chunk_tokens / (cp.tp * cp.pp)
-    moe = cp.num_experts > 0
-    return np.where(moe, flops / (cp.expert_peak_flops * cp.eta_flop_prefill), 0.0)
-
 
 def prefill_pool(
     cp: CandidateArrays, workers: np.ndarray, isl: np.ndarray, wait_scale: Any = 1.0
@@ -458,15 +402,14 @@ def prefill_pool(
     """Prefill-only capacity of ``workers`` workers of layout ``cp`` for ``isl``-token prompts.
 
     ``G = floor(budget / isl) * isl`` tokens per full step (``budget`` when ``isl > budget``),
-    ``mu_tok = G / step_s(G)``; ``prefill_s`` is one prompt alone (steptime.prefill_time),
-    its routed experts timed at share 1 (see ``PrefillPool.own_prefill_s``).
+    ``mu_tok = G / step_s(G)``; ``prefill_s`` is one prompt alone (steptime.prefill_time).
     """
     n = len(cp)
     isl_a = np.broadcast_to(np.asarray(isl, dtype=np.float64), (n,))
     budget = cp.max_num_batched_tokens
     g = np.where(isl_a <= budget, np.floor(budget / np.maximum(isl_a, 1.0)) * isl_a, budget)
     full = decode_step(cp, 0.0, 0.0, g, isl_a).step_s
-    alone = prefill_time(cp, isl_a)
+    alone = prefill_time(cp, isl_a).prefill_s
     w = np.broadcast_to(np.asarray(workers, dtype=np.float64), (n,))
     return PrefillPool(
         workers=w,
@@ -475,17 +418,9 @@ def prefill_pool(
         step_tokens=g,
         step_full_s=full,
         tokens_per_s_per_rank=g / full,
-        prefill_s=alone.prefill_s,
+        prefill_s=alone,
         frontend_s=cp.frontend_latency_s,
         wait_scale=np.broadcast_to(np.asarray(wait_scale, dtype=np.float64), (n,)),
-        tp=cp.tp.astype(np.float64),
-        ep=cp.ep.astype(np.float64),
-        dp=cp.dp.astype(np.float64),
-        stage_mem_s=alone.stage.mem_s,
-        stage_flop_s=alone.stage.flop_s,
-        stage_comm_s=alone.stage.comm_s,
-        stage_passes=alone.n_chunks + cp.pp - 1.0,
-        routed_flop_s=routed_prefill_flop_s(cp, alone.chunk_tokens),
     )
 
 
@@ -559,10 +494,6 @@ class DisaggPredictions:
     requests_per_s: np.ndarray
     prefill_load: np.ndarray
     prefill_wait_s: np.ndarray
-    #: the routed-expert share a prompt meets (``PrefillPool.expert_share``) and its own
-    #: prefill at that share (s)
-    expert_share: np.ndarray
-    own_prefill_s: np.ndarray
     link_utilization: np.ndarray
     link_wait_s: np.ndarray
     queue_s: np.ndarray
@@ -696,8 +627,7 @@ def predict_disagg(
         x = b * ranks_d / (osl_a * tpot)
         rho = pre.load(x, isl_a)
         u, link_wait = link_wait_s(x / ranks_d, xfer.wire_s)
-        own = pre.own_prefill_s(rho)  # the other DP ranks are busy only part of the time
-        ttft = pre.frontend_s + pre.wait_s(rho) + own + xfer.exposed_s + link_wait
+        ttft = pre.frontend_s + pre.wait_s(rho) + pre.prefill_s + xfer.exposed_s + link_wait
         return tpot, x, rho, u, link_wait, ttft
 
     blank = np.isnan(conc)
@@ -752,8 +682,6 @@ def predict_disagg(
         requests_per_s=x,
         prefill_load=rho,
         prefill_wait_s=pre.wait_s(rho),
-        expert_share=pre.expert_share(rho),
-        own_prefill_s=pre.own_prefill_s(rho),
         link_utilization=u,
         link_wait_s=link_wait,
         queue_s=queue,
@@ -823,7 +751,6 @@ def disagg_steps(p: DisaggPredictions, i: int) -> list[Step]:
             "ms",
             "M/D/1 in full prefill steps",
         ),
-        *_expert_share_steps(p, i),
     ]
     s += staged(STAGE_PREFILL, prefill)
     tpot = p.tpot_ms[i]
@@ -894,7 +821,7 @@ def disagg_steps(p: DisaggPredictions, i: int) -> list[Step]:
         [
             q("frontend", pre.frontend_s[i], "s"),
             q("wait_p", p.prefill_wait_s[i], "s"),
-            q("prefill_s", p.own_prefill_s[i], "s (the prompt's own, at the expert share)"),
+            q("prefill_s", pre.prefill_s[i], "s"),
             q("transfer", p.transfer.exposed_s[i], "s"),
             q("link_wait", p.link_wait_s[i], "s"),
             q("queue", p.queue_s[i], "s (clients beyond the decode pool's slots)"),
@@ -904,42 +831,6 @@ def disagg_steps(p: DisaggPredictions, i: int) -> list[Step]:
     )
     s += staged(STAGE_DECODE, [ttft])
     return s
-
-
-def _expert_share_steps(p: DisaggPredictions, i: int) -> list[Step]:
-    """The prompt's own prefill at the routed-expert share it meets (``PrefillPool``)."""
-    pre = p.prefill
-    share = step(
-        "prefill_expert_share",
-        "min(1, TP * (1 + (DP - 1) * min(max(rho, 0), 1)) / EP)",
-        [
-            q("TP", pre.tp[i], "GPUs per attention rank"),
-            q("DP", pre.dp[i], "attention-DP ranks per prefill worker"),
-            q("EP", pre.ep[i], "GPUs holding the routed experts"),
-            q("rho", p.prefill_load[i], "chance another rank is prefilling"),
-        ],
-        p.expert_share[i],
-        "",
-        "the routed GEMMs run on the EP group; the other DP ranks share it only while busy",
-    )
-    flop = pre.stage_flop_s[i] - (1.0 - p.expert_share[i]) * pre.routed_flop_s[i]
-    own = step(
-        "own_prefill_ms",
-        "(prefill_s + passes * (max(mem_s, flop_s - (1 - share) * routed_flop_s) "
-        "- max(mem_s, flop_s))) * 1e3",
-        [
-            q("prefill_s", pre.prefill_s[i], "s (alone, every DP rank busy: share 1)"),
-            q("passes", pre.stage_passes[i], "chunks + PP - 1"),
-            q("mem_s", pre.stage_mem_s[i], "s per chunk stage"),
-            q("flop_s", pre.stage_flop_s[i], "s per chunk stage"),
-            q("share", p.expert_share[i], ""),
-            q("routed_flop_s", pre.routed_flop_s[i], "s of flop_s in routed experts"),
-        ],
-        p.own_prefill_s[i] * 1e3,
-        "ms",
-        "compute-bound stage" if flop > pre.stage_mem_s[i] else "memory-bound stage",
-    )
-    return [share, own]
 
 
 # ============================================================================ sizing
