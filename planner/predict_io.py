@@ -479,7 +479,6 @@ def _predict_disagg(parsed: list, good: list[int], calibration_for) -> dict[int,
         expert_precision=[r.expert_precision or None for r in rows],
         prefill_wait_scale=np.array([fit.wait_scale for fit in fits]),
         slot_wait_scale=np.array([fit.slot_wait_scale for fit in fits]),
-        arrival_batch=np.array([fit.arrival_batch for fit in fits]),
     )
     columns = {c: getattr(p, c).tolist() for c in OUTPUT + DISAGG_OUTPUT if c != "profile"}
     columns["profile"] = [label for _, label in profiles]

@@ -381,11 +381,6 @@ class PrefillPool:
     frontend_s: np.ndarray
     #: fitted scale on the M/D/1 wait (calibration: ``prefill_wait_scale``; 1 unfitted)
     wait_scale: np.ndarray
-    #: a prompt's share of the whole pool's prefill time, ``isl / (ranks * mu_tok)`` (s)
-    prompt_s: np.ndarray
-    #: prompts arriving together, ``min(arrival_batch, clients)`` (1: Poisson arrivals, the
-    #: M/D/1 wait alone; see ``wait_s``)
-    arrival_batch: np.ndarray
 
     def capacity_rps(self, isl: np.ndarray) -> np.ndarray:
         """Requests/s the whole pool prefills at full load, ``ranks * mu_tok / isl``."""
@@ -396,34 +391,18 @@ class PrefillPool:
         return rps * isl / (self.ranks * self.tokens_per_s_per_rank)
 
     def wait_s(self, rho: np.ndarray) -> np.ndarray:
-        """Wait for the prefill pool (s), rho capped at ``MAX_RHO``:
-
-        ``scale * rho / (2 (1 - rho)) * step_full + (K - 1) / (2 (1 - rho)) * prompt_s``
-
-        The first term is M/D/1 in full prefill steps. The second is the queue a group of K
-        prompts arriving together makes behind itself (the batch-arrival M^X/D/1 term, the
-        median prompt waiting for half its group): closed-loop clients start together and
-        decode nearly equal lengths, so they re-arrive in groups rather than one by one.
-        K = 1 (Poisson arrivals, the sizing's open loop) leaves M/D/1 alone. Example: 32
-        prompts of 16 ms pool time each at rho 0.04 wait ``31 / (2 * 0.96) * 16 = 258`` ms.
-        """
+        """``scale * rho / (2 (1 - rho)) * step_full`` (s), rho capped at ``MAX_RHO``."""
         r = np.minimum(rho, MAX_RHO)
-        md1 = self.wait_scale * r / (2.0 * (1.0 - r)) * self.step_full_s
-        return md1 + (self.arrival_batch - 1.0) / (2.0 * (1.0 - r)) * self.prompt_s
+        return self.wait_scale * r / (2.0 * (1.0 - r)) * self.step_full_s
 
 
 def prefill_pool(
-    cp: CandidateArrays,
-    workers: np.ndarray,
-    isl: np.ndarray,
-    wait_scale: Any = 1.0,
-    arrival_batch: Any = 1.0,
+    cp: CandidateArrays, workers: np.ndarray, isl: np.ndarray, wait_scale: Any = 1.0
 ) -> PrefillPool:
     """Prefill-only capacity of ``workers`` workers of layout ``cp`` for ``isl``-token prompts.
 
     ``G = floor(budget / isl) * isl`` tokens per full step (``budget`` when ``isl > budget``),
     ``mu_tok = G / step_s(G)``; ``prefill_s`` is one prompt alone (steptime.prefill_time).
-    ``arrival_batch``: prompts arriving together (1: Poisson, see ``PrefillPool.wait_s``).
     """
     n = len(cp)
     isl_a = np.broadcast_to(np.asarray(isl, dtype=np.float64), (n,))
@@ -442,8 +421,6 @@ def prefill_pool(
         prefill_s=alone,
         frontend_s=cp.frontend_latency_s,
         wait_scale=np.broadcast_to(np.asarray(wait_scale, dtype=np.float64), (n,)),
-        prompt_s=isl_a * full / (g * w * cp.dp),
-        arrival_batch=np.broadcast_to(np.asarray(arrival_batch, dtype=np.float64), (n,)),
     )
 
 
@@ -594,7 +571,6 @@ def predict_disagg(
     expert_precision: Any = None,
     prefill_wait_scale: Any = 1.0,
     slot_wait_scale: Any = 1.0,
-    arrival_batch: Any = 1.0,
 ) -> DisaggPredictions:
     """Closed-loop TTFT, TPOT and throughput of n disaggregated deployments at once.
 
@@ -608,8 +584,6 @@ def predict_disagg(
     prefill_wait_scale : fitted scale of the prefill-queue wait (1: M/D/1 as is)
     slot_wait_scale : fitted scale of the wait for a decode slot when every slot is taken
         (1: Little's mean ``C / X - osl * TPOT``; a median is shorter, see ``slot_queue_s``)
-    arrival_batch : fitted number of clients re-arriving together (1: Poisson arrivals);
-        capped at the concurrency (1 at max throughput), see ``PrefillPool.wait_s``
     Other parameters as ``chain.predict_rows``.
 
     Returns
@@ -628,9 +602,7 @@ def predict_disagg(
     y_workers = np.broadcast_to(np.asarray(decode["workers"], dtype=np.float64), (n,))
     fit_p = fit_memory(cp, isl_a)
     fit_d = fit_memory(cd, isl_a + osl_a)
-    group = np.broadcast_to(np.asarray(arrival_batch, dtype=np.float64), (n,))
-    group = np.where(np.isnan(conc), 1.0, np.clip(group, 1.0, np.maximum(conc, 1.0)))
-    pre = prefill_pool(cp, np.maximum(x_workers, 1.0), isl_a, prefill_wait_scale, group)
+    pre = prefill_pool(cp, np.maximum(x_workers, 1.0), isl_a, prefill_wait_scale)
     xfer = kv_transfer(cp, cd, isl_a, link, layerwise_overlap, pre.prefill_s)
 
     reason = np.full(n, "", dtype=object)
@@ -768,31 +740,16 @@ def disagg_steps(p: DisaggPredictions, i: int) -> list[Step]:
             "",
         ),
         step(
-            "prefill_prompt_s",
-            "isl / (ranks * mu_tok)",
-            [
-                isl,
-                q("ranks", pre.ranks[i], "prefill workers x DP"),
-                q("mu_tok", pre.tokens_per_s_per_rank[i], "tokens/s"),
-            ],
-            pre.prompt_s[i],
-            "s",
-            "a prompt's share of the whole pool's prefill time",
-        ),
-        step(
             "prefill_wait_ms",
-            "(scale * min(rho, 0.999) / (2 * (1 - min(rho, 0.999))) * step_full_s "
-            "+ (K - 1) / (2 * (1 - min(rho, 0.999))) * prompt_s) * 1e3",
+            "scale * min(rho, 0.999) / (2 * (1 - min(rho, 0.999))) * step_full_s * 1e3",
             [
                 q("scale", pre.wait_scale[i], "fitted prefill_wait_scale"),
                 q("rho", p.prefill_load[i], ""),
                 q("step_full_s", pre.step_full_s[i], "s"),
-                q("K", pre.arrival_batch[i], "prompts arriving together: min(fitted, clients)"),
-                q("prompt_s", pre.prompt_s[i], "s"),
             ],
             p.prefill_wait_s[i] * 1e3,
             "ms",
-            "M/D/1 in full prefill steps, plus the queue a group of K prompts makes",
+            "M/D/1 in full prefill steps",
         ),
     ]
     s += staged(STAGE_PREFILL, prefill)
@@ -1337,7 +1294,6 @@ DISAGG_CONSTANTS = (
     "prefill_wait_scale",
     "frontend_latency_s",
     "slot_wait_scale",
-    "arrival_batch",
 )
 DISAGG_PRIOR = {
     "eta_mem_scale": 1.0,
@@ -1346,7 +1302,6 @@ DISAGG_PRIOR = {
     "prefill_wait_scale": 1.0,
     "frontend_latency_s": 0.02,
     "slot_wait_scale": 1.0,
-    "arrival_batch": 1.0,
 }
 DISAGG_BOUNDS = {
     "eta_mem_scale": (0.2, 5.0),
@@ -1355,7 +1310,6 @@ DISAGG_BOUNDS = {
     "prefill_wait_scale": (0.01, 100.0),
     "frontend_latency_s": (1e-3, 2.0),
     "slot_wait_scale": (0.02, 2.0),
-    "arrival_batch": (1.0, 1000.0),
 }
 DISAGG_METRICS = ("ttft_ms", "tpot_ms")
 
@@ -1402,10 +1356,6 @@ class DisaggFit:
     @property
     def slot_wait_scale(self) -> float:
         return float(self.values.get("slot_wait_scale", DISAGG_PRIOR["slot_wait_scale"]))
-
-    @property
-    def arrival_batch(self) -> float:
-        return float(self.values.get("arrival_batch", DISAGG_PRIOR["arrival_batch"]))
 
     def calibrate(self, base: Calibration) -> Calibration:
         """The aggregated profile with this fit applied (efficiencies capped at 1)."""
@@ -1485,7 +1435,6 @@ def predict_points(points: Sequence[DisaggPoint], fits: dict | None = None) -> n
         calibration=cals,
         prefill_wait_scale=np.array([f.wait_scale for f in chosen]),
         slot_wait_scale=np.array([f.slot_wait_scale for f in chosen]),
-        arrival_batch=np.array([f.arrival_batch for f in chosen]),
     )
     is_ttft = np.array([p.metric == "ttft_ms" for p in points])
     value = np.where(is_ttft, out.ttft_ms, out.tpot_ms)

@@ -127,32 +127,6 @@ def test_prefill_pool_batches_whole_prompts_up_to_the_budget():
     assert pool.wait_s(np.array([0.5]))[0] == pytest.approx(0.5 * pool.step_full_s[0])
 
 
-def test_prompts_arriving_together_queue_behind_their_own_group():
-    cp = _rows(LLAMA_70B, H100, TP4)
-    one = prefill_pool(cp, np.array([3.0]), np.array([3000.0]))
-    group = prefill_pool(cp, np.array([3.0]), np.array([3000.0]), arrival_batch=32.0)
-    # a prompt's share of the pool: 3000 tokens over 3 ranks at mu_tok each
-    assert group.prompt_s[0] == pytest.approx(3000 / (3 * one.tokens_per_s_per_rank[0]))
-    # 32 together at rho 0.04: M/D/1 plus 31 / (2 * 0.96) prompts' worth of pool time
-    rho = np.array([0.04])
-    extra = 31 / (2 * 0.96) * group.prompt_s[0]
-    assert group.wait_s(rho)[0] == pytest.approx(one.wait_s(rho)[0] + extra, rel=1e-12)
-
-
-def test_the_arrival_group_is_capped_by_the_clients_and_shown_in_the_chain():
-    args = (LLAMA_70B, H100, dict(TP4, workers=2), TP4, "bf16", None, 4096, 512)
-    poisson = predict_disagg(*args, 8)
-    grouped = predict_disagg(*args, 8, arrival_batch=100.0)
-    # at most the 8 clients arrive together: their group adds to TTFT, and Little still holds
-    assert grouped.prefill.arrival_batch[0] == 8.0
-    assert grouped.ttft_ms[0] > poisson.ttft_ms[0]
-    residence = (grouped.ttft_ms[0] + 512 * grouped.tpot_ms[0]) / 1e3
-    assert grouped.requests_per_s[0] * residence == pytest.approx(8, rel=1e-3)
-    _check_formulas(grouped.derivation(0))
-    # at max throughput (no clients) prompts arrive one by one
-    assert predict_disagg(*args, np.nan, arrival_batch=100.0).prefill.arrival_batch[0] == 1.0
-
-
 @pytest.mark.parametrize("concurrency", [1, 8, 64, 512])
 def test_closed_loop_obeys_littles_law_against_the_whole_deployment(concurrency):
     # given 2 prefill + 1 decode TP4 workers (12 GPUs) and C clients
