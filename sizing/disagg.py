@@ -1286,16 +1286,7 @@ def breakeven(
 # ============================================================================ calibration
 #: What a disaggregated fit moves, per engine family, on top of the row's aggregated profile:
 #: scales on the decode step's memory efficiency and fixed overhead (TPOT), on the prefill's
-#: compute efficiency and queue wait (TTFT), the front-end latency (TTFT floor, s), the
-#: median share of the wait for a decode slot, and a scale on the scale-up link efficiency.
-#: Why the link: the aggregated profiles fit it on TP all-reduce-heavy runs (Blackwell
-#: 0.15-0.31 of the NVLink line rate), while these deployments move tokens by expert-parallel
-#: all-to-all between attention-DP ranks, whose kernels reach ~0.7-0.8 of it (DeepEP V2, SM100,
-#: EP8 over NVLink: dispatch 726, combine 740 GB/s logical of 900 GB/s one way; README
-#: "Performance", github.com/deepseek-ai/DeepEP). Inherited, the all-to-all dominates a TP1
-#: prefill rank's time (B200 fp8, an 8k prompt: 649 ms of all-to-all against 386 ms of GEMMs,
-#: where the whole TTFT measures 348 ms). Prior 1 (the aggregated value), bounded below by it
-#: (the all-to-all is no slower than the all-reduce fit says), the efficiency capped at 1.
+#: compute efficiency and queue wait (TTFT), and the front-end latency (TTFT floor, s).
 DISAGG_CONSTANTS = (
     "eta_mem_scale",
     "step_overhead_scale",
@@ -1303,7 +1294,6 @@ DISAGG_CONSTANTS = (
     "prefill_wait_scale",
     "frontend_latency_s",
     "slot_wait_scale",
-    "link_efficiency_scale",
 )
 DISAGG_PRIOR = {
     "eta_mem_scale": 1.0,
@@ -1312,7 +1302,6 @@ DISAGG_PRIOR = {
     "prefill_wait_scale": 1.0,
     "frontend_latency_s": 0.02,
     "slot_wait_scale": 1.0,
-    "link_efficiency_scale": 1.0,
 }
 DISAGG_BOUNDS = {
     "eta_mem_scale": (0.2, 5.0),
@@ -1321,7 +1310,6 @@ DISAGG_BOUNDS = {
     "prefill_wait_scale": (0.01, 100.0),
     "frontend_latency_s": (1e-3, 2.0),
     "slot_wait_scale": (0.02, 2.0),
-    "link_efficiency_scale": (1.0, 10.0),
 }
 DISAGG_METRICS = ("ttft_ms", "tpot_ms")
 
@@ -1380,7 +1368,6 @@ class DisaggFit:
             step_overhead_s=base.step_overhead_s * v["step_overhead_scale"],
             step_overhead_per_layer_s=base.step_overhead_per_layer_s * v["step_overhead_scale"],
             eta_flop_prefill=min(base.eta_flop_prefill * v["eta_flop_prefill_scale"], 1.0),
-            link_efficiency=min(base.link_efficiency * v.get("link_efficiency_scale", 1.0), 1.0),
             frontend_latency_s=v["frontend_latency_s"],
             # the prior (no disaggregated rows for this engine) says so, not "fit"
             name=f"{base.name} + disagg {'fit' if self.points else 'prior (unfitted)'}",

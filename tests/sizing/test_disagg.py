@@ -292,24 +292,6 @@ def test_a_fit_scales_the_aggregated_profile_and_falls_back_by_key():
     assert isinstance(fits["trtllm"], DisaggFit) and fits["trtllm"].points == 10
 
 
-def test_the_link_scale_raises_the_profiles_link_efficiency_up_to_1():
-    from sizing.disagg import DISAGG_PRIOR, DisaggFit
-    from sizing.specs import Calibration
-
-    base = Calibration(link_efficiency=0.15)
-    # 0.15 x 4 = 0.60; 0.15 x 9 = 1.35 is capped at the line rate
-    fit = DisaggFit("trtllm", {**DISAGG_PRIOR, "link_efficiency_scale": 4.0}, 10)
-    assert fit.calibrate(base).link_efficiency == pytest.approx(0.60)
-    faster = DisaggFit("trtllm", {**DISAGG_PRIOR, "link_efficiency_scale": 9.0}, 10)
-    assert faster.calibrate(base).link_efficiency == 1.0
-    # a fixture that predates the constant keeps its prior, 1
-    old = {"fits": {"sglang": {"points": 3, **{k: v for k, v in DISAGG_PRIOR.items()
-                                              if k != "link_efficiency_scale"}}}}  # fmt: skip
-    from sizing.disagg import fits_from_json
-
-    assert fits_from_json(old)["sglang"].calibrate(base).link_efficiency == 0.15
-
-
 # ---------------------------------------------------------------- laws and the plan summary
 @settings(max_examples=15, deadline=None)
 @given(
