@@ -174,6 +174,23 @@ def _summary(ape: np.ndarray, points, key) -> dict:
     return out
 
 
+def at_bounds(fits: dict, rel: float = 0.01) -> list[str]:
+    """Each fitted constant within ``rel`` (in log) of a bound of ``DISAGG_BOUNDS``: the data
+    push it past what the bound allows, so the term it scales is misshapen there."""
+    from sizing.disagg import DISAGG_BOUNDS, DISAGG_CONSTANTS
+
+    out = []
+    for key, fit in fits.items():
+        for name in DISAGG_CONSTANTS:
+            lo, hi = DISAGG_BOUNDS[name]
+            value = fit.values[name]
+            side = "upper" if value >= hi * math.exp(-rel) else ""
+            side = "lower" if value <= lo * math.exp(rel) else side
+            if fit.points and side:
+                out.append(f"{key}: {name} = {value:.3g} at its {side} bound ({lo:g}, {hi:g})")
+    return out
+
+
 def _cell(entry: dict | None) -> str:
     if not entry or math.isnan(entry["median_ape_pct"]):
         return "-"
@@ -325,6 +342,14 @@ def main(argv=None) -> str:
     for e, fit in fits.items():
         cells = " | ".join(f"{fit.values[k]:.3g}" for k in DISAGG_CONSTANTS)
         lines.append(f"| {e} | {fit.points} | {cells} |")
+    bounded = at_bounds(fits)
+    lines += [
+        "",
+        "Constants at a bound (the data push them past it, so the term each scales is",
+        "misshapen for that fit; reported, not hidden):",
+        "",
+        *([f"- {b}" for b in bounded] or ["- none"]),
+    ]
     lines += [
         "",
         "## Per sweep, held out (median APE %)",
