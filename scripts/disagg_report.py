@@ -267,7 +267,13 @@ def main(argv=None) -> str:
     parser.add_argument("--max-nfev", type=int, default=40)
     args = parser.parse_args(argv)
     _setup_django()
-    from sizing.disagg import DISAGG_CONSTANTS, cross_validate, fit_all, predict_points
+    from sizing.disagg import (
+        DISAGG_CONSTANTS,
+        MIN_GPU_FIT_POINTS,
+        cross_validate,
+        fit_all,
+        predict_points,
+    )
 
     started = time.time()
     points, left_out = disagg_points()
@@ -333,7 +339,8 @@ def main(argv=None) -> str:
         "",
         "## Fitted constants (all points)",
         "",
-        "Per engine family (all its GPUs), and per GPU x engine with at least 6 points (its",
+        "Per engine family (all its GPUs), and per GPU x engine with at least "
+        f"{MIN_GPU_FIT_POINTS} points (its",
         "prior is the engine's fit); a GPU without its own falls back to the engine's.",
         "",
         "| fit | points | " + " | ".join(DISAGG_CONSTANTS) + " |",
