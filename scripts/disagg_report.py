@@ -174,6 +174,23 @@ def _summary(ape: np.ndarray, points, key) -> dict:
     return out
 
 
+def at_bounds(fits: dict, rel: float = 0.01) -> list[str]:
+    """Each fitted constant within ``rel`` (in log) of a bound of ``DISAGG_BOUNDS``: the data
+    push it past what the bound allows, so the term it scales is misshapen there."""
+    from sizing.disagg import DISAGG_BOUNDS, DISAGG_CONSTANTS
+
+    out = []
+    for key, fit in fits.items():
+        for name in DISAGG_CONSTANTS:
+            lo, hi = DISAGG_BOUNDS[name]
+            value = fit.values[name]
+            side = "upper" if value >= hi * math.exp(-rel) else ""
+            side = "lower" if value <= lo * math.exp(rel) else side
+            if fit.points and side:
+                out.append(f"{key}: {name} = {value:.3g} at its {side} bound ({lo:g}, {hi:g})")
+    return out
+
+
 def _cell(entry: dict | None) -> str:
     if not entry or math.isnan(entry["median_ape_pct"]):
         return "-"
@@ -250,7 +267,13 @@ def main(argv=None) -> str:
     parser.add_argument("--max-nfev", type=int, default=40)
     args = parser.parse_args(argv)
     _setup_django()
-    from sizing.disagg import DISAGG_CONSTANTS, cross_validate, fit_all, predict_points
+    from sizing.disagg import (
+        DISAGG_CONSTANTS,
+        MIN_GPU_FIT_POINTS,
+        cross_validate,
+        fit_all,
+        predict_points,
+    )
 
     started = time.time()
     points, left_out = disagg_points()
@@ -316,7 +339,8 @@ def main(argv=None) -> str:
         "",
         "## Fitted constants (all points)",
         "",
-        "Per engine family (all its GPUs), and per GPU x engine with at least 6 points (its",
+        "Per engine family (all its GPUs), and per GPU x engine with at least "
+        f"{MIN_GPU_FIT_POINTS} points (its",
         "prior is the engine's fit); a GPU without its own falls back to the engine's.",
         "",
         "| fit | points | " + " | ".join(DISAGG_CONSTANTS) + " |",
@@ -325,6 +349,14 @@ def main(argv=None) -> str:
     for e, fit in fits.items():
         cells = " | ".join(f"{fit.values[k]:.3g}" for k in DISAGG_CONSTANTS)
         lines.append(f"| {e} | {fit.points} | {cells} |")
+    bounded = at_bounds(fits)
+    lines += [
+        "",
+        "Constants at a bound (the data push them past it, so the term each scales is",
+        "misshapen for that fit; reported, not hidden):",
+        "",
+        *([f"- {b}" for b in bounded] or ["- none"]),
+    ]
     lines += [
         "",
         "## Per sweep, held out (median APE %)",

@@ -1387,7 +1387,13 @@ def fits_from_json(payload: dict) -> dict[str, DisaggFit]:
     return out
 
 
-MIN_GPU_FIT_POINTS = 6  # below this many points a GPU x engine key falls back to the engine's
+#: Below this many points a GPU x engine key falls back to the engine's fit: 2 points per
+#: constant it fits (6 constants), as the aggregated joint fit asks 2 effective points per
+#: constant (``sizing.jointfit.MIN_EFFECTIVE_POINTS``). At 6, a fold holding out one H200 TRT-LLM
+#: sweep fitted six constants on the 6 points left (front-end latency 1.07 s; the held-out
+#: sweep's TTFT 234 % off). 12 was the one value tried after 6, with the held-out error in
+#: view: TTFT held out 41.5 -> 40.9 %, in sample 31.9 -> 34.2 %, TPOT held out 15.3 -> 16.4 %.
+MIN_GPU_FIT_POINTS = 12
 
 
 def fit_key(engine: str, gpu_name: str = "") -> str:

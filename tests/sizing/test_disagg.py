@@ -292,6 +292,25 @@ def test_a_fit_scales_the_aggregated_profile_and_falls_back_by_key():
     assert isinstance(fits["trtllm"], DisaggFit) and fits["trtllm"].points == 10
 
 
+def test_the_report_lists_the_constants_a_fit_left_at_a_bound():
+    import importlib.util
+    from pathlib import Path
+
+    from sizing.disagg import DISAGG_PRIOR, DisaggFit
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "disagg_report.py"
+    spec = importlib.util.spec_from_file_location("disagg_report", path)
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    fits = {
+        "sglang/MI355X": DisaggFit("sglang", {**DISAGG_PRIOR, "prefill_wait_scale": 100.0}, 37),
+        "trtllm": DisaggFit("trtllm", {**DISAGG_PRIOR, "prefill_wait_scale": 2.6}, 139),
+    }
+    assert report.at_bounds(fits) == [
+        "sglang/MI355X: prefill_wait_scale = 100 at its upper bound (0.01, 100)"
+    ]
+
+
 # ---------------------------------------------------------------- laws and the plan summary
 @settings(max_examples=15, deadline=None)
 @given(
