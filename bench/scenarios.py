@@ -8,7 +8,8 @@
    one worker and with four: median and max seconds, cold (simulation cache emptied before
    each run, workers keeping no step times: ``SIZING_STEP_MEMO_MB=0``) and warm (the same
    inputs again, as a re-run or a shared link's refresh is); then cold again with the
-   workers' step-time memo on (the default) and warm from an earlier run of the candidates.
+   workers' step-time memo on (``SIZING_STEP_MEMO_MB=1024``, off by default) and warm from
+   an earlier run of the candidates.
 2. The ~1,200-candidate sweep (10 models x 10 GPUs x 3 precisions x valid TPs), cold, with
    1 worker and with 2 workers.
 
@@ -216,10 +217,11 @@ def main() -> None:
     with memo(0):
         out["typical_1_worker"] = with_workers(1, typical_job)
         out["typical_4_workers"] = with_workers(4, typical_job)
-    # the same cold simulation cache, with the workers' step-time memo (the default) warm from
-    # an earlier run of the same candidates: a rerun, or another traffic on those candidates
-    out["typical_1_worker_memo"] = with_workers(1, memo_job)
-    out["typical_4_workers_memo"] = with_workers(4, memo_job)
+    # the same cold simulation cache, with the workers' step-time memo on (1024 MB) and warm
+    # from an earlier run of the same candidates: a rerun, or another traffic on them
+    with memo(1024):
+        out["typical_1_worker_memo"] = with_workers(1, memo_job)
+        out["typical_4_workers_memo"] = with_workers(4, memo_job)
     if not args.typical_only:
         out["sweep_2_workers"] = with_workers(2, lambda: measure(sweep, 1, cold=True))
         out["sweep_1_worker"] = with_workers(1, lambda: measure(sweep, 1, cold=True))

@@ -253,11 +253,14 @@ BLOCK_CACHE_BYTES = 32 << 20
 #: blocks go in, so a neighbouring cell costs no return to Python.
 TABLE_BYTES = 48 << 20
 #: Step-time memos kept per thread across searches (``shared_timer``), bytes of their tables
-#: and blocks (environment ``SIZING_STEP_MEMO_MB``, default 1024; 0 keeps none): a step time
-#: is a function of the candidate's row and its grid cell only, not of the traffic, so a
-#: rerun, another scenario or another door sizing the same candidate reuses every row its
-#: timer filled (the typical scenario's 17 timers hold ~500 MB once trimmed).
-SHARED_TIMER_BYTES = int(os.environ.get("SIZING_STEP_MEMO_MB", "1024")) << 20
+#: and blocks (environment ``SIZING_STEP_MEMO_MB``; default 0, none kept): a step time is a
+#: function of the candidate's row and its grid cell only, not of the traffic, so a rerun,
+#: another scenario or another door sizing the same candidate can reuse every row its timer
+#: filled (the typical scenario's 17 timers hold ~500 MB once trimmed). Off by default: in
+#: process a rerun of the typical scenario took 30-45 % less CPU with 1024 MB, but through
+#: Celery workers two bench/scenarios.py runs disagreed (memo warm 12.1 s against 10.3 s off,
+#: then 13.6 s against 15.3 s, 1 worker): no gain measurable there yet for ~0.5 GB a worker.
+SHARED_TIMER_BYTES = int(os.environ.get("SIZING_STEP_MEMO_MB", "0")) << 20
 
 
 def grid_value(k: int, per_octave: int) -> float:

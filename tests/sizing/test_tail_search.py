@@ -93,11 +93,15 @@ def _replica_parts():
     return c, lengths_from_mean_p95(1000, 3000), lengths_from_mean_p95(200, 600), traffic, slo
 
 
-def test_a_second_search_of_the_same_row_reuses_the_step_times_and_changes_no_number():
+def test_a_second_search_of_the_same_row_reuses_the_step_times_and_changes_no_number(
+    monkeypatch,
+):
+    from sizing import simulate as sim
     from sizing.simulate import StepTimer, clear_shared_timers, simulate
     from sizing.tail_search import Replica
 
-    # given a replica searched once on a fresh thread memo
+    # given the memo on (SIZING_STEP_MEMO_MB=1024) and a replica searched once on a fresh one
+    monkeypatch.setattr(sim, "SHARED_TIMER_BYTES", 1 << 30)
     clear_shared_timers()
     c, isl, osl, traffic, slo = _replica_parts()
     first = Replica(c, isl, osl, traffic, slo, seed=3, requests=300)
@@ -124,6 +128,10 @@ def test_the_shared_memo_keys_on_the_row_and_drops_the_least_recently_used(monke
 
     sim.clear_shared_timers()
     c, *_ = _replica_parts()
+    # off (the default): every search gets its own memo
+    monkeypatch.setattr(sim, "SHARED_TIMER_BYTES", 0)
+    assert sim.shared_timer(c, 64) is not sim.shared_timer(c, 64)
+    monkeypatch.setattr(sim, "SHARED_TIMER_BYTES", 1 << 30)
     other = dataclasses.replace(c, eta_mem=c.eta_mem * 0.9)  # another calibration
     # given a memo of one row, then another
     a = sim.shared_timer(c, 64)
