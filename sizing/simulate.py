@@ -362,15 +362,12 @@ class StepTimer:
         A step with prompt tokens fills a band of ``prompt_band`` prompt-token cells with it
         (``_prompt_band``): a mixed step's prompt tokens are nearly always a new cell, its
         context cell rarely, and a core call costs the same for 8x the cells."""
-        length, width, first = self._block_shape(key, n_dec, self._band_width(key))
         pre_keys, p_keys = self._prompt_band(key)
+        length, width, first = self._block_shape(key, n_dec, len(pre_keys))
         block = self._core_band(first, width, pre_keys, p_keys, length)
         keys = block_keys(first, width, np.array(pre_keys), np.array(p_keys))
         self.table.put(keys, block.reshape(width * len(pre_keys), length))
         return float(block[key[0] - first, pre_keys.index(key[1]), n_dec])
-
-    def _band_width(self, key: tuple[int, int, int]) -> int:
-        return 1 if key[1] == 0 else self.prompt_band
 
     def _prompt_band(self, key: tuple[int, int, int]) -> tuple[list[int], list[int]]:
         """The prompt-token cells filled with ``key``'s: ``prompt_band`` aligned neighbours
