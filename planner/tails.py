@@ -63,6 +63,8 @@ def cache_key(inputs: dict, candidate_index: int) -> str:
         "policy": inputs["policy"],
     }
     payload["model"]["name"] = None  # an imported copy of a catalog model is the same model
+    if core.engine.engine == "trtllm":  # its KV admission reserves the output (other keys kept)
+        payload["kv_reserves_output"] = True
     if snap.is_disagg(inputs["candidates"][candidate_index]):  # (aggregated keys unchanged)
         payload["mode"] = "disagg"
         payload["disagg_fit"] = dataclasses.asdict(

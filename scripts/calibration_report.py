@@ -218,8 +218,9 @@ MISS_NOTES = [
     "Reading the ratios: at c <= 8 a request is alone with its prefill and a few decodes, so a "
     "bias there is the fixed terms (front-end latency, per-step overhead a + b x layers); at "
     "c >= 128 it is the load terms (the wait behind re-arriving prompts, co-scheduled decode, "
-    "KV reads); offline max throughput is the admitted batch (KV capacity at the live "
-    "context, `max_num_seqs`) times the bandwidth/compute efficiencies of the silicon node.",
+    "KV reads); offline max throughput is the admitted batch (KV capacity at the context "
+    "each sequence claims: the live context, the whole one where TensorRT-LLM reserves the "
+    "output; `max_num_seqs`) times the bandwidth/compute efficiencies of the silicon node.",
     "Out of sample by source, holding out the TensorRT-LLM perf-overview tables removes most "
     "of the offline (max-throughput) points at once; those are then predicted from the "
     "TensorRT-LLM family node fitted on closed-loop runs only, and the silicon nodes fitted "

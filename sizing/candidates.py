@@ -82,6 +82,7 @@ _ENGINE_FIELDS = {
     "workspace_bytes_per_token_hidden": ("workspace_bytes_per_token_hidden", np.float64),
     "max_model_len": ("max_model_len", np.float64),
     "kv_share_of_free": (lambda e: 1.0 if e.engine == "trtllm" else 0.0, np.float64),
+    "kv_reserves_output": (lambda e: 1.0 if e.engine == "trtllm" else 0.0, np.float64),
     "spec_tokens": (lambda e: e.spec_tokens if e.spec_method else 0, np.float64),
     "spec_tokens_per_step": (lambda e: e.spec_tokens_per_step, np.float64),
     # NaN when acceptance is given per position
@@ -260,6 +261,12 @@ class CandidateArrays:
     #: (TensorRT-LLM's free_gpu_memory_fraction), 0 where it is a share of all HBM (vLLM's
     #: gpu_memory_utilization, SGLang's mem_fraction_static); see memory.usable_bytes_per_gpu
     kv_share_of_free: np.ndarray
+    #: 1 where the engine admits a sequence only if the KV for its whole output is free
+    #: (TensorRT-LLM's default capacity scheduler, GUARANTEED_NO_EVICT: it reserves prompt +
+    #: max output tokens up front and never preempts), 0 where it admits on the tokens
+    #: written so far and preempts under pressure (vLLM, SGLang); see
+    #: operating.admitted_context_tokens
+    kv_reserves_output: np.ndarray
     # speculative decoding (sizing.speculative): k drafted (0: off), tokens per verify step,
     # the draft's params / active params / layers (0: a head) / KV elements per token
     spec_tokens: np.ndarray

@@ -40,9 +40,9 @@ from sizing.memory import (
 from sizing.operating import (
     BINDING_NAMES,
     OperatingPoint,
+    admitted_context_tokens,
     closed_loop,
     kv_sequences_live,
-    live_context_tokens,
     slo_operating_point,
 )
 from sizing.specs import (
@@ -509,14 +509,14 @@ def _operating_steps(
                 q(
                     "kv_per_live_sequence",
                     _kv_per_live_sequence(c, op, i),
-                    "B (prompt + half the output, block-rounded)",
+                    _claimed_label(c, i),
                 ),
                 q("DP", dp, ""),
                 q("max_concurrency", fit.max_concurrency[i], "sequences at the full context"),
             ],
             live[i],
             "sequences",
-            "paged KV holds each sequence's live context, not its final length",
+            _claimed_note(c, i),
         )
     )
     s.append(
@@ -1326,9 +1326,22 @@ def _analytic_steps(model, traffic, slo, policy, i, sizing, row, op) -> list[Ste
     ]
 
 
+def _claimed_label(c: CandidateArrays, i: int) -> str:
+    if c.kv_reserves_output[i] > 0:
+        return "B (prompt + the whole output, reserved at admission, block-rounded)"
+    return "B (prompt + half the output, block-rounded)"
+
+
+def _claimed_note(c: CandidateArrays, i: int) -> str:
+    if c.kv_reserves_output[i] > 0:
+        return ("TensorRT-LLM's default scheduler (GUARANTEED_NO_EVICT) reserves each "
+                "sequence's whole output before admitting it")  # fmt: skip
+    return "paged KV holds each sequence's live context, not its final length"
+
+
 def _kv_per_live_sequence(c: CandidateArrays, op: OperatingPoint, i: int) -> float:
-    live = live_context_tokens(op.isl_tokens, op.osl_tokens)
-    return float(kv_bytes_per_request_per_gpu(c, live)[i])
+    claimed = admitted_context_tokens(c, op.isl_tokens, op.osl_tokens)
+    return float(kv_bytes_per_request_per_gpu(c, claimed)[i])
 
 
 # ---------------------------------------------------------------------------- speculative

@@ -138,13 +138,27 @@ def live_context_tokens(isl: np.ndarray, osl: np.ndarray) -> np.ndarray:
     return np.asarray(isl, dtype=np.float64) + 0.5 * np.asarray(osl, dtype=np.float64)
 
 
+def admitted_context_tokens(c: CandidateArrays, isl: np.ndarray, osl: np.ndarray) -> np.ndarray:
+    """Context each admitted sequence claims in the KV pool (tokens): the live context
+    ``isl + osl / 2`` where the engine admits on the tokens written so far and preempts under
+    pressure (vLLM, SGLang), the whole ``isl + osl`` where it reserves the output up front
+    (``kv_reserves_output``: TensorRT-LLM's default GUARANTEED_NO_EVICT scheduler). The
+    attention still reads only the live context; this is the admission count's divisor.
+
+    Worked: 128-token prompts, 4,096-token outputs: 2,176 tokens live, 4,224 reserved, so
+    TensorRT-LLM holds 1.94x fewer sequences in the same pool."""
+    share = np.where(np.asarray(c.kv_reserves_output) > 0, 1.0, 0.5)
+    return np.asarray(isl, dtype=np.float64) + share * np.asarray(osl, dtype=np.float64)
+
+
 def kv_sequences_live(
     c: CandidateArrays, fit: MemoryFit, isl: np.ndarray, osl: np.ndarray
 ) -> np.ndarray:
-    """Sequences the KV budget holds at their live context (``live_context_tokens``, rounded
-    up to whole blocks), ``floor(kv_budget / kv_seq_gpu(live)) * DP``; never fewer than
+    """Sequences the KV budget holds at the context each claims (``admitted_context_tokens``:
+    the live context, or the whole one where the engine reserves the output; rounded up to
+    whole blocks), ``floor(kv_budget / kv_seq_gpu(claimed)) * DP``; never fewer than
     ``fit.max_concurrency`` (sized at the full context). 0 where the row does not fit."""
-    per_seq = kv_bytes_per_request_per_gpu(c, live_context_tokens(isl, osl))
+    per_seq = kv_bytes_per_request_per_gpu(c, admitted_context_tokens(c, isl, osl))
     with np.errstate(divide="ignore", invalid="ignore"):
         held = np.floor(np.maximum(fit.kv_budget_bytes_per_gpu, 0.0) / per_seq) * c.dp
     held = np.where(np.isfinite(held), held, 0.0)

@@ -46,11 +46,13 @@ F_NOW, F_LONGEST, F_GIVEN_DT, F_NEED_CTX, F_NEED_PEQ = range(5)
 FLOAT_SLOTS = 5
 # ---------------------------------------------------------------------------- config slots
 (C_BLOCK, C_MAX_SEQS, C_BUDGET, C_KV_BLOCKS, C_CHUNKED, C_CLOSED, C_CONCURRENCY, C_REQUESTS,
- C_PREFIX, C_ONE_SHOT, C_DECODE_RUNS, C_MAX_POINTS) = range(12)  # fmt: skip
-CONFIG_SLOTS = 12
+ C_PREFIX, C_ONE_SHOT, C_DECODE_RUNS, C_MAX_POINTS, C_RESERVE) = range(13)  # fmt: skip
+CONFIG_SLOTS = 13
 # ---------------------------------------------------------------------------- request columns
-R_ISL, R_OSL, R_TARGET, R_DONE, R_GEN, R_CACHED, R_A, R_VER, R_RUNNING, R_DECODING = range(10)
-REQUEST_INTS = 10
+R_ISL, R_OSL, R_TARGET, R_DONE, R_GEN, R_CACHED, R_A, R_VER, R_RUNNING, R_DECODING, R_HELD = range(
+    11
+)
+REQUEST_INTS = 11
 Q_ARR, Q_TFIRST, Q_TTFT, Q_TPOT, Q_E2E = range(5)
 REQUEST_FLOATS = 5
 
@@ -553,7 +555,8 @@ def _decode_run(cfg, frontend_s, st, fs, draws_t, heap, pend_t, phase, series, h
     start = s
     missing = False
     while s + 1 < finish and now < enter:
-        need = phase[(-s) % block]  # the blocks step s + 1 opens: (1 - (s + 1)) mod block
+        # the blocks step s + 1 opens: (1 - (s + 1)) mod block; none where reserved
+        need = 0 if cfg[C_RESERVE] else phase[(-s) % block]
         if need > free:
             break  # short of blocks: the general loop preempts
         ctx = (a_sum + n_dec * (s + 1)) / n_dec
@@ -631,7 +634,10 @@ def _preempt_last(cfg, st, ri, waiting, running, prefilling, phase, keep) -> int
 
 @compiled
 def _grow_decodes(cfg, st, ri, waiting, running, prefilling, phase) -> None:
-    """Blocks for decodes whose next token opens a block; preempt LIFO when short."""
+    """Blocks for decodes whose next token opens a block; preempt LIFO when short. An
+    engine that reserves each sequence's output at admission (``C_RESERVE``) holds them."""
+    if cfg[C_RESERVE]:
+        return
     block = cfg[C_BLOCK]
     while True:
         need = phase[(1 - st[S_STEP]) % block]
@@ -646,7 +652,10 @@ def _grow_decodes(cfg, st, ri, waiting, running, prefilling, phase) -> None:
 def _fit_blocks(cfg, st, ri, waiting, running, prefilling, phase, rid, k) -> int:
     """Tokens of a running prompt's chunk that the pool holds now. Short of blocks, the
     prompt waits for decodes to finish; with no decode left to free any, the latest admitted
-    other sequence is preempted (else the engine would deadlock)."""
+    other sequence is preempted (else the engine would deadlock). Reserved at admission
+    (``C_RESERVE``), the whole chunk is already held."""
+    if cfg[C_RESERVE]:
+        return k
     block = cfg[C_BLOCK]
     while True:
         done, cached = ri[rid, R_DONE], ri[rid, R_CACHED]
@@ -695,11 +704,16 @@ def _schedule_prefill(cfg, st, ri, waiting, running, prefilling, chunks, phase, 
             k = want
         done, cached = ri[rid, R_DONE], ri[rid, R_CACHED]
         need = _blocks(done + k, cached, block) - _blocks(done, cached, block)
+        if cfg[C_RESERVE]:
+            # the prompt and the whole output up front (a request longer than the pool
+            # claims all of it and runs alone)
+            need = min(_blocks(ri[rid, R_ISL] + ri[rid, R_OSL], cached, block), cfg[C_KV_BLOCKS])
         if need > st[S_FREE]:
             break  # FCFS: wait for blocks, never skip ahead
         st[S_WAIT_HEAD] = (st[S_WAIT_HEAD] + 1) % waiting.size
         st[S_WAIT_LEN] -= 1
         st[S_FREE] -= need
+        ri[rid, R_HELD] = need
         if not ri[rid, R_RUNNING]:  # (a dict keeps a key's first place)
             running[st[S_RUN_LEN]] = rid
             st[S_RUN_LEN] += 1
@@ -719,7 +733,10 @@ def _finish(cfg, frontend_s, st, fs, ri, rf, draws_isl, draws_osl, hits, waiting
     if ri[rid, R_RUNNING]:
         st[S_RUN_LEN] = _remove(running, st[S_RUN_LEN], rid)
         ri[rid, R_RUNNING] = 0
-    st[S_FREE] += _blocks(held_tokens, ri[rid, R_CACHED], cfg[C_BLOCK])
+    if cfg[C_RESERVE]:
+        st[S_FREE] += ri[rid, R_HELD]
+    else:
+        st[S_FREE] += _blocks(held_tokens, ri[rid, R_CACHED], cfg[C_BLOCK])
     now = fs[F_NOW]
     rf[rid, Q_E2E] = now - rf[rid, Q_ARR]
     osl = ri[rid, R_OSL]

@@ -229,6 +229,9 @@ class SimEngine:
     kv_blocks: int
     block_size: int = 16
     chunked_prefill: bool = True
+    #: admit a sequence only with the blocks for its prompt and whole output free, and never
+    #: preempt (TensorRT-LLM's default GUARANTEED_NO_EVICT; ``kv_reserves_output``)
+    reserve_output: bool = False
 
 
 #: Shortest row of decode counts a step-time cell is filled with (see ``StepTimer._fill``).
@@ -494,6 +497,7 @@ def engine_for(
         kv_blocks=int(budget / float(per_token[0]) // block),
         block_size=block,
         chunked_prefill=chunked_prefill,
+        reserve_output=bool(c.kv_reserves_output[0] > 0),
     )
 
 
@@ -690,10 +694,10 @@ class _Run:
         self.cfg = np.zeros(K.CONFIG_SLOTS, dtype=np.int64)
         self.cfg[[K.C_BLOCK, K.C_MAX_SEQS, K.C_BUDGET, K.C_KV_BLOCKS, K.C_CHUNKED, K.C_CLOSED,
                   K.C_CONCURRENCY, K.C_REQUESTS, K.C_PREFIX, K.C_ONE_SHOT, K.C_DECODE_RUNS,
-                  K.C_MAX_POINTS]] = (
+                  K.C_MAX_POINTS, K.C_RESERVE]] = (
             block, eng.max_num_seqs, eng.max_num_batched_tokens, eng.kv_blocks,
             eng.chunked_prefill, w.closed_loop, w.concurrency or 0, n_req, prefix_tokens,
-            self.table is None, DECODE_RUNS, max(max_points, 2),
+            self.table is None, DECODE_RUNS, max(max_points, 2), eng.reserve_output,
         )  # fmt: skip
         self.st = np.zeros(K.INT_SLOTS, dtype=np.int64)
         self.st[K.S_FREE] = eng.kv_blocks - pinned

@@ -7,6 +7,7 @@ from specs_catalog import H100, LLAMA_8B, LLAMA_70B
 from sizing.candidates import CandidateArrays
 from sizing.memory import fit_memory
 from sizing.operating import (
+    admitted_context_tokens,
     batch_limit,
     closed_loop,
     kv_sequences_live,
@@ -33,6 +34,26 @@ def test_kv_capacity_holds_sequences_at_their_live_context():
     assert live[0] == np.floor(fit.kv_budget_bytes_per_gpu[0] / (1536 * per_token)) == 1885
     assert batch_limit(c, fit, 1024, 1024)[0] == 1885
     assert batch_limit(c, fit)[0] == 1414  # without lengths: the context fit_memory used
+
+
+def test_trtllm_admits_sequences_at_their_whole_context_since_it_reserves_the_output():
+    # given the same row under TensorRT-LLM, whose default scheduler (GUARANTEED_NO_EVICT)
+    # admits a sequence only with the blocks for its prompt and whole output free
+    trt = _cand(engine=EngineSettings(engine="trtllm", max_num_seqs=4096))
+    vllm = _cand(engine=EngineSettings(max_num_seqs=4096))
+    fit = fit_memory(trt, 4224)
+    per_token = fit.kv_bytes_per_token_per_gpu[0]
+    budget = fit.kv_budget_bytes_per_gpu[0]
+    # when 128-token prompts write 4,096 tokens: 4,224 reserved, 2,176 live
+    assert admitted_context_tokens(trt, 128, 4096)[0] == 4224
+    assert admitted_context_tokens(vllm, 128, 4096)[0] == 2176
+    # then it holds floor(budget / (4,224 x per-token bytes)) sequences, the count at the full
+    # context; the same pool admitting on the live context would hold 1.94x as many
+    held = kv_sequences_live(trt, fit, 128, 4096)[0]
+    assert held == np.floor(budget / (4224 * per_token)) == fit.max_concurrency[0]
+    live_vllm = kv_sequences_live(vllm.take(np.array([0])), fit, 128, 4096)[0]
+    assert live_vllm == np.floor(budget / (2176 * per_token))
+    assert live_vllm / held == pytest.approx(4224 / 2176, rel=0.01)
 
 
 def test_max_throughput_is_the_throughput_maximum_over_batch():

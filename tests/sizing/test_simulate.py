@@ -147,6 +147,34 @@ def test_kv_pressure_preempts_by_recompute_and_still_finishes_every_request():
     assert r.kv_used_fraction.max() <= 1.0
 
 
+def test_reserving_the_output_at_admission_never_preempts_and_runs_fewer_at_once():
+    # given the same tiny pool: 40 blocks; a request claims ceil(500 / 16) = 32 of them when
+    # the engine reserves its whole output up front (TensorRT-LLM's GUARANTEED_NO_EVICT)
+    c = _8b()
+    w = Workload(LengthDist(200), LengthDist(300), requests=40, concurrency=8, seed=2)
+    paged = SimEngine(max_num_seqs=64, max_num_batched_tokens=2048, kv_blocks=40)
+    reserved = SimEngine(max_num_seqs=64, max_num_batched_tokens=2048, kv_blocks=40,
+                         reserve_output=True)  # fmt: skip
+    # when both are simulated
+    a, b = simulate(c, w, paged), simulate(c, w, reserved)
+    # then the reserving engine never preempts, runs one sequence at a time (40 // 32 = 1),
+    # finishes every request, and its pool is back to empty at the end
+    assert a.preemptions > 0 and b.preemptions == 0
+    assert b.running.max() == 1 < a.running.max()
+    assert np.all(np.isfinite(b.e2e_s))
+    assert b.kv_used_fraction.max() == pytest.approx(32 / 40)
+    assert b.kv_used_fraction[-1] == 0.0
+
+
+def test_a_trtllm_candidate_reserves_and_a_vllm_one_does_not():
+    from sizing.simulate import engine_for
+    from sizing.specs import EngineSettings
+
+    trt = CandidateArrays.build(LLAMA_8B, H100, "bf16", engine=EngineSettings(engine="trtllm"))
+    assert engine_for(trt, 1000, 300).reserve_output
+    assert not engine_for(_8b(), 1000, 300).reserve_output
+
+
 def test_prefix_cache_hits_cut_ttft():
     c = _8b()
     base = dict(isl=LengthDist(4000), osl=LengthDist(50), requests=200, rate_rps=2.0, seed=3)
