@@ -63,7 +63,7 @@ def cache_key(inputs: dict, candidate_index: int) -> str:
         "policy": inputs["policy"],
     }
     payload["model"]["name"] = None  # an imported copy of a catalog model is the same model
-    if core.engine.engine == "trtllm":  # its KV admission reserves the output (other keys kept)
+    if core.engine.reserves_output:  # a change of the simulator's meaning for these keys only
         payload["kv_reserves_output"] = True
     if snap.is_disagg(inputs["candidates"][candidate_index]):  # (aggregated keys unchanged)
         payload["mode"] = "disagg"

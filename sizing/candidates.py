@@ -82,7 +82,7 @@ _ENGINE_FIELDS = {
     "workspace_bytes_per_token_hidden": ("workspace_bytes_per_token_hidden", np.float64),
     "max_model_len": ("max_model_len", np.float64),
     "kv_share_of_free": (lambda e: 1.0 if e.engine == "trtllm" else 0.0, np.float64),
-    "kv_reserves_output": (lambda e: 1.0 if e.engine == "trtllm" else 0.0, np.float64),
+    "kv_reserves_output": (lambda e: float(e.reserves_output), np.float64),
     "spec_tokens": (lambda e: e.spec_tokens if e.spec_method else 0, np.float64),
     "spec_tokens_per_step": (lambda e: e.spec_tokens_per_step, np.float64),
     # NaN when acceptance is given per position

@@ -49,10 +49,8 @@ FLOAT_SLOTS = 5
  C_PREFIX, C_ONE_SHOT, C_DECODE_RUNS, C_MAX_POINTS, C_RESERVE) = range(13)  # fmt: skip
 CONFIG_SLOTS = 13
 # ---------------------------------------------------------------------------- request columns
-R_ISL, R_OSL, R_TARGET, R_DONE, R_GEN, R_CACHED, R_A, R_VER, R_RUNNING, R_DECODING, R_HELD = range(
-    11
-)
-REQUEST_INTS = 11
+R_ISL, R_OSL, R_TARGET, R_DONE, R_GEN, R_CACHED, R_A, R_VER, R_RUNNING, R_DECODING = range(10)
+REQUEST_INTS = 10
 Q_ARR, Q_TFIRST, Q_TTFT, Q_TPOT, Q_E2E = range(5)
 REQUEST_FLOATS = 5
 
@@ -205,6 +203,15 @@ def _grown(a: np.ndarray, size: int) -> np.ndarray:
 @compiled
 def _blocks(tokens: int, cached: int, block: int) -> int:
     return -(-(tokens - cached) // block)
+
+
+@compiled
+def _reserved_blocks(cfg, ri, rid) -> int:
+    """Blocks an engine that reserves the output (``C_RESERVE``) holds for ``rid`` from
+    admission to finish: its prompt and whole output, at most the pool (a request longer than
+    the pool claims all of it and runs alone)."""
+    return min(_blocks(ri[rid, R_ISL] + ri[rid, R_OSL], ri[rid, R_CACHED], cfg[C_BLOCK]),
+               cfg[C_KV_BLOCKS])  # fmt: skip
 
 
 @compiled
@@ -703,17 +710,15 @@ def _schedule_prefill(cfg, st, ri, waiting, running, prefilling, chunks, phase, 
                 break
             k = want
         done, cached = ri[rid, R_DONE], ri[rid, R_CACHED]
-        need = _blocks(done + k, cached, block) - _blocks(done, cached, block)
         if cfg[C_RESERVE]:
-            # the prompt and the whole output up front (a request longer than the pool
-            # claims all of it and runs alone)
-            need = min(_blocks(ri[rid, R_ISL] + ri[rid, R_OSL], cached, block), cfg[C_KV_BLOCKS])
+            need = _reserved_blocks(cfg, ri, rid)
+        else:
+            need = _blocks(done + k, cached, block) - _blocks(done, cached, block)
         if need > st[S_FREE]:
             break  # FCFS: wait for blocks, never skip ahead
         st[S_WAIT_HEAD] = (st[S_WAIT_HEAD] + 1) % waiting.size
         st[S_WAIT_LEN] -= 1
         st[S_FREE] -= need
-        ri[rid, R_HELD] = need
         if not ri[rid, R_RUNNING]:  # (a dict keeps a key's first place)
             running[st[S_RUN_LEN]] = rid
             st[S_RUN_LEN] += 1
@@ -734,7 +739,7 @@ def _finish(cfg, frontend_s, st, fs, ri, rf, draws_isl, draws_osl, hits, waiting
         st[S_RUN_LEN] = _remove(running, st[S_RUN_LEN], rid)
         ri[rid, R_RUNNING] = 0
     if cfg[C_RESERVE]:
-        st[S_FREE] += ri[rid, R_HELD]
+        st[S_FREE] += _reserved_blocks(cfg, ri, rid)
     else:
         st[S_FREE] += _blocks(held_tokens, ri[rid, R_CACHED], cfg[C_BLOCK])
     now = fs[F_NOW]

@@ -244,6 +244,14 @@ class EngineSettings:
             self.spec_acceptance, self.spec_tokens, self.spec_acceptance_by_position
         )
 
+    @property
+    def reserves_output(self) -> bool:
+        """True where the engine admits a sequence only with the KV for its prompt and whole
+        output free and never preempts: TensorRT-LLM, whose default capacity scheduler (and
+        ``trtllm-bench``'s) is GUARANTEED_NO_EVICT. vLLM and SGLang admit on the tokens
+        written so far and preempt under pressure."""
+        return self.engine == "trtllm"
+
 
 @dataclass(frozen=True)
 class Calibration:
