@@ -66,6 +66,8 @@ from sizing.jointfit import (
     fit_joint,
     silicon_nodes,
 )
+from sizing import trtllm_bench
+from sizing.precision import default_kv_precision
 from sizing.specs import Calibration, EngineSettings, GpuSpec, ModelSpec
 
 __all__ = ["CONSTANT_BOUNDS", "ENGINE_CONSTANTS", "FITTED_CONSTANTS", "SILICON_CONSTANTS"]
@@ -151,6 +153,21 @@ class FitPoint:
 
 def _engine_name(family: str) -> str:
     return family if family in ("vllm", "sglang", "trtllm") else "vllm"
+
+
+def point_engine(p: FitPoint) -> EngineSettings:
+    """The engine settings a point was measured with: its family's defaults, except that
+    TensorRT-LLM's offline rows ran ``trtllm-bench throughput``, whose batch size and token
+    budget come from its own heuristic (``sizing.trtllm_bench``)."""
+    name = _engine_name(p.engine)
+    if name != "trtllm" or not math.isnan(p.concurrency):
+        return _ENGINES[name]
+    kv = p.kv_precision or default_kv_precision(p.weight_precision)
+    requests = trtllm_bench.kv_max_requests(
+        p.model, p.gpu, p.num_gpus, p.tp, p.weight_precision, kv, p.isl, p.osl
+    )
+    batch, tokens = trtllm_bench.bench_limits(requests, p.isl, p.osl, p.pp)
+    return dataclasses.replace(_ENGINES[name], max_num_seqs=batch, max_num_batched_tokens=tokens)
 
 
 def points_from_measurements(
@@ -312,7 +329,7 @@ class _Columns:
             "isl": col("isl"),
             "osl": col("osl"),
             "concurrency": col("concurrency"),
-            "engine": [_ENGINES[_engine_name(p.engine)] for p in pts],
+            "engine": [point_engine(p) for p in pts],
             "lengths_drawn": np.array([p.lengths_drawn for p in pts], dtype=bool),
         }
         metric_index = np.array([FIT_METRICS.index(p.metric) for p in pts], dtype=np.int64)

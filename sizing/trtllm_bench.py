@@ -1,0 +1,84 @@
+"""The batch limits ``trtllm-bench throughput`` runs with, for measurements it made.
+
+TensorRT-LLM's perf-overview tables (offline max throughput, every request queued at once)
+were made with ``trtllm-bench throughput``. Given no ``--max_batch_size`` and
+``--max_num_tokens``, it picks both from the dataset's mean lengths by a heuristic
+(``tensorrt_llm/bench/build/tuning.py``: ``calc_engine_setting`` and ``finetune_setting``;
+``tensorrt_llm/bench/benchmark/utils/general.py``: ``get_settings``), not the engine's
+serving defaults. Predicting those rows at a serving default (1,024 sequences, 8,192 tokens)
+caps a TP8 instance at a quarter of the batch it ran, and splits a 20,000-token prompt into
+chunks the benchmark never made.
+
+The heuristic, in its own terms (GiB = 2^30 B):
+
+``cache_GiB = (n_gpus * HBM_GiB - P * b_w / 2^30) * 0.95``
+``kv_GiB_per_token = 2 * L * max(TP, n_kv) * d_head * b_kv / 2^30``
+``requests = cache_GiB / (kv_GiB_per_token * (isl + osl))``
+``raw_bs = min(requests, 4096) / PP``;  ``raw_tokens = min(raw_bs * (1 + isl / osl), 32768)``
+
+``max_batch_size``: ``max(64, 32 * ceil(raw_bs / 32))`` below 256, ``128 * ceil(raw_bs / 128)``
+below 1,024, else ``256 * ceil(raw_bs / 256)``. ``max_num_tokens``: ``max(2048, 256 *
+ceil(raw_tokens / 256))`` below 4,096, ``512 * ceil(.. / 512)`` below 8,192, else ``1024 *
+ceil(.. / 1024)``. Chunked prefill is off by default, so a whole prompt must fit one step:
+``max_num_tokens = max(max_num_tokens, isl + max_batch_size)``.
+
+Worked: Llama 3.3 70B fp4 (70.55e9 params, 80 layers, 8 KV heads of 128, fp8 cache) on one
+B200 (192,265,846,784 B = 179.06 GiB) at 128/128: engine ``70.55e9 * 0.5 / 2^30 = 32.85`` GiB;
+cache ``(179.06 - 32.85) * 0.95 = 138.90`` GiB; ``2 * 80 * 8 * 128 * 1 / 2^30 = 1.526e-4`` GiB
+per token; ``138.90 / (1.526e-4 * 256) = 3,556`` requests -> batch ``256 * 14 = 3,584``,
+tokens ``min(3,556 * 2, 32768) = 7,112`` -> ``512 * 14 = 7,168`` (>= 128 + 3,584).
+
+b_w and b_kv are the bare element sizes the tool uses (fp4 0.5, fp8 1, bf16 2), without block
+scales; an MLA model is counted as its config's KV heads, as the tool does.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sizing.specs import BYTES_PER_ELEMENT, GpuSpec, ModelSpec, canonical_precision
+
+GIB = float(1 << 30)
+KV_CACHE_FRACTION = 0.95  # calc_engine_setting's default kv_cache_gpu_mem_fraction
+MAX_BATCH = 4096  # "cap total batch size to avoid decoder buffer size becoming too large"
+MAX_TOKENS = 32768  # "cap num tokens to avoid TRT activation buffer becoming too large"
+
+
+def kv_max_requests(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    num_gpus: int,
+    tp: int,
+    weight_precision: str,
+    kv_precision: str,
+    isl: float,
+    osl: float,
+) -> float:
+    """Requests of ``isl + osl`` tokens the tool expects the KV cache to hold (see module)."""
+    b_w = BYTES_PER_ELEMENT[canonical_precision(weight_precision)]
+    b_kv = BYTES_PER_ELEMENT[canonical_precision(kv_precision or "bf16")]
+    kv_gib_per_token = 2 * model.num_layers * max(tp, model.num_kv_heads) * model.head_dim
+    kv_gib_per_token *= b_kv / GIB
+    engine_gib = model.total_params * b_w / GIB
+    cache_gib = (num_gpus * gpu.memory_gb * 1e9 / GIB - engine_gib) * KV_CACHE_FRACTION
+    return cache_gib / (kv_gib_per_token * (isl + osl))
+
+
+def bench_limits(requests: float, isl: float, osl: float, pp: int) -> tuple[int, int]:
+    """``(max_batch_size, max_num_tokens)`` from the expected requests (``finetune_setting``
+    with its optimistic rounding, then whole prompts per step since chunking is off)."""
+    raw_bs = min(requests, MAX_BATCH) / pp
+    raw_tokens = min(raw_bs * (1.0 + isl / osl), MAX_TOKENS)
+    if raw_bs < 256:
+        batch = max(64, 32 * math.ceil(raw_bs / 32))
+    elif raw_bs < 1024:
+        batch = 128 * math.ceil(raw_bs / 128)
+    else:
+        batch = 256 * math.ceil(raw_bs / 256)
+    if raw_tokens < 4096:
+        tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
+    elif raw_tokens < 8192:
+        tokens = 512 * math.ceil(raw_tokens / 512)
+    else:
+        tokens = 1024 * math.ceil(raw_tokens / 1024)
+    return batch, max(tokens, math.ceil(isl) + batch)
