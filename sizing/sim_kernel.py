@@ -114,11 +114,15 @@ def _row_value(hash_keys, hash_rows, row_start, row_len, values, key: int, n: in
 
 @compiled
 def table_put(hash_keys, hash_rows, row_start, row_len, values, counts, keys, block) -> None:
-    """Store each row of ``block`` under its key (replacing a shorter row); ``counts`` holds
-    (rows used, values used); the caller made room."""
+    """Store each row of ``block`` under its key (replacing a shorter row; a row as long or
+    longer is kept: a block of short rows may hold a cell a longer block filled before, and
+    replacing it would cost that cell a core call again); ``counts`` holds (rows used, values
+    used); the caller made room."""
     width, length = block.shape
     for j in range(width):
         i = _slot(hash_keys, keys[j])
+        if hash_keys[i] == keys[j] and row_len[hash_rows[i]] >= length:
+            continue
         row = counts[0]
         counts[0] += 1
         start = counts[1]
