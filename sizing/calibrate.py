@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from sizing import trtllm_bench
 from sizing.chain import predict_rows
 from sizing.jointfit import (
     CONSTANT_BOUNDS,
@@ -64,9 +65,9 @@ from sizing.jointfit import (
     JointFit,
     engine_nodes,
     fit_joint,
+    node_chain,
     silicon_nodes,
 )
-from sizing import trtllm_bench
 from sizing.precision import default_kv_precision
 from sizing.specs import Calibration, EngineSettings, GpuSpec, ModelSpec
 
@@ -778,7 +779,8 @@ def _free_constants(joint: JointFit, key: ProfileKey, generation: str, newest: d
     precision = "" if key.precision == ANY else key.precision
     family = "" if key.engine == ANY else key.engine
     release = newest.get(family, "") if key.version == ANY else key.version
-    nodes = list(silicon_nodes(generation, precision)[: 2 if precision else 1])
+    s_top, s_leaf = silicon_nodes(generation, precision)
+    nodes = node_chain(s_leaf if precision else s_top)  # the vendor's constants count too
     if family:
         nodes += list(engine_nodes(family, release))
     free = {name for node in nodes for name in joint.values.get(node, {})}

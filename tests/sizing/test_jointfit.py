@@ -50,3 +50,28 @@ def test_a_constant_the_points_barely_measure_stays_at_the_prior():
     assert all("link_efficiency" not in values for values in fit.values.values())
     assert fit.resolve("silicon:gen/fp8", "link_efficiency") == jf.PRIOR.link_efficiency
     assert fit.resolve("silicon:gen/fp8", "eta_mem") == pytest.approx(0.4302, rel=0.02)
+
+
+def test_a_generation_without_points_reads_its_vendors_constants():
+    # given 40 CDNA 4 points at eta_mem 0.35 (an AMD generation) and none on CDNA 3
+    points = [Point("cdna4", "fp8", "sglang", "0.5", x) for x in np.linspace(1.0, 4.0, 40)]
+    predict = _power_law(points)
+    truth = [jf.dataclasses.replace(jf.PRIOR, eta_mem=0.35)] * 40
+    fit = jf.fit_joint(points, predict, np.zeros(40, dtype=np.int64), predict(truth))
+    # then the AMD vendor node is fitted, between the data and the generic prior (0.80: the
+    # prior pulls each of vendor, generation and precision a little toward its parent), and
+    # CDNA 3 reads it
+    assert jf.node_chain("silicon:cdna3/fp8") == [
+        "silicon:cdna3/fp8",
+        "silicon:cdna3",
+        "silicon:amd",
+    ]
+    assert fit.has("silicon:amd")
+    amd = fit.resolve("silicon:amd", "eta_mem")
+    assert 0.35 < amd < 0.65
+    assert fit.resolve("silicon:cdna4/fp8", "eta_mem") == pytest.approx(0.35, rel=0.02)
+    assert fit.calibration("cdna3", "fp8", "sglang", "0.5").eta_mem == amd
+    # and an NVIDIA generation does not borrow AMD's value
+    assert fit.calibration("hopper", "fp8", "sglang", "0.5").eta_mem == jf.PRIOR.eta_mem
+    # a generation the table does not know has no vendor: its parent is the prior
+    assert jf.node_chain("silicon:gen") == ["silicon:gen"]
