@@ -614,6 +614,9 @@ _NOT_SPECULATIVE_RE = re.compile(
 _SPECULATIVE_RE = re.compile(r"\bmtp\b|eagle|speculative|draft[- ]target|nextn", re.I)
 _NOT_DISAGG_RE = re.compile(r"non[- ]disaggregated", re.I)
 _DISAGG_RE = re.compile(r"disaggregat", re.I)
+# Attention data-parallel (SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp,
+# the perf-overview's "DEPn"): each GPU runs attention for its own sequences, experts over all.
+_ATTENTION_DP_RE = re.compile(r"DP-attention|attention[-_]dp|attention data-parallel|\bDEP\d", re.I)
 _WARMUP_ADDED = "2026-01-21"  # InferenceX PR #480 added --num-warmups (measured-concurrency-notes)
 
 
@@ -639,6 +642,8 @@ def _text_flags(engine: str, notes: str, raw_metric: str, source_version: str) -
         flags.add("statistic_unstated")
     if re.search(r"prefix[- ]caching on|enable-prefix-caching", engine, re.I):
         flags.add("prefix_caching")
+    if _ATTENTION_DP_RE.search(notes):
+        flags.add("attention_dp")
     flags |= _inferencex_flags(notes, raw_metric, source_version)
     return flags
 

@@ -231,9 +231,13 @@ def _unpredictable(row: Any) -> str:
 
 
 def _layout(row: Any) -> tuple[int, int, int, int]:
-    """(num_gpus, tp, pp, ep) with the source's silences filled conservatively."""
+    """(num_gpus, tp, pp, ep) with the source's silences filled conservatively. A row that ran
+    attention data-parallel (flag ``attention_dp``: "DEP4", "DP-attention") is TP 1 with the
+    GPUs as DP ranks and the experts over them (its sources write the rank count as TP)."""
     pp = row.pp or 1
     num_gpus = row.num_gpus or (row.tp or 1) * pp
+    if "attention_dp" in getattr(row, "flags", ()):
+        return num_gpus, 1, pp, row.ep or max(num_gpus // pp, 1)
     tp = row.tp or max(num_gpus // pp, 1)
     return num_gpus, tp, pp, row.ep or 1
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fleets import measurements as m
+from sizing.calibrate import _layout
 
 DATA = Path(__file__).parent / "data"
 
@@ -586,3 +587,22 @@ def test_the_shipped_recipes_cover_most_disaggregated_trtllm_rows():
                                    row.osl, layout, int(row.concurrency))  # fmt: skip
         matched += batch > 0
     assert total > 100 and matched / total > 0.8, (matched, total)
+
+
+@pytest.mark.parametrize(
+    ("notes", "flagged"),
+    [
+        ("B200 DEP4. DEP = attention data-parallel + expert-parallel", True),
+        ("single node, TP8 EP8, DP-attention; num_gpus = TP", True),
+        ("llm_options: enable_attention_dp, kv fp8", True),
+        ("8 GPUs, tensor parallel, dependency on the dataset", False),
+        ("", False),
+    ],
+)
+def test_rows_that_ran_attention_data_parallel_are_flagged(notes, flagged):
+    # given a row whose notes say (or do not say) it ran attention data-parallel
+    (row,) = _read({"notes": notes, "model": "DeepSeek-R1-0528", "num_gpus": "4", "tp": "4"})
+    # then the flag follows the notes, and the layout the model predicts it with is TP 1 with
+    # the four GPUs as attention ranks and the experts over them
+    assert ("attention_dp" in row.flags) is flagged
+    assert _layout(row) == ((4, 1, 1, 4) if flagged else (4, 4, 1, 1))
