@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from sizing import trtllm_bench
 from sizing.chain import predict_rows
 from sizing.jointfit import (
     CONSTANT_BOUNDS,
@@ -66,7 +67,6 @@ from sizing.jointfit import (
     fit_joint,
     silicon_nodes,
 )
-from sizing import trtllm_bench
 from sizing.precision import default_kv_precision
 from sizing.specs import Calibration, EngineSettings, GpuSpec, ModelSpec
 
