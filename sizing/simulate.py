@@ -421,7 +421,8 @@ class StepTimer:
         step = decode_step(
             self.core_c, decodes, ctx[:, None, None], pre_v[None, :, None], p_v[None, :, None]
         ).step_s
-        return np.broadcast_to(step, (width, len(pre_keys), length))
+        shape = (width, len(pre_keys), length)
+        return step if step.shape == shape else np.broadcast_to(step, shape)
 
     @property
     def nbytes(self) -> int:

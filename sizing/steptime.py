@@ -312,6 +312,8 @@ def _has_vision(c: CandidateArrays) -> bool:
 def _zeros(tokens, column: np.ndarray) -> np.ndarray:
     """The all-zero result a term's ``np.where(..., 0.0)`` gives, at the same shape: the
     step-time memo calls these per grid cell, and most rows are dense, single-stage, no EP."""
+    if np.ndim(column) == 0:  # a scalar row (``scalar_row``): the tokens' shape, ~2 us sooner
+        return np.zeros(np.shape(tokens))
     return np.zeros(np.broadcast(tokens, column).shape)
 
 
