@@ -309,11 +309,16 @@ def _has_vision(c: CandidateArrays) -> bool:
     return bool((c.vision_flops_per_prefill_token > 0).any())
 
 
-def _zeros(tokens, column: np.ndarray) -> np.ndarray:
+def _zeros(tokens, column: np.ndarray) -> np.ndarray | float:
     """The all-zero result a term's ``np.where(..., 0.0)`` gives, at the same shape: the
-    step-time memo calls these per grid cell, and most rows are dense, single-stage, no EP."""
-    if np.ndim(column) == 0:  # a scalar row (``scalar_row``): the tokens' shape, ~2 us sooner
-        return np.zeros(np.shape(tokens))
+    step-time memo calls these per grid cell, and most rows are dense, single-stage, no EP.
+
+    A scalar row (``scalar_row``, the memo's) gets a plain 0.0: only its step times are
+    read, and they keep the tokens' shape through the FLOP time, so the weight bytes and
+    memory time of a dense row stay at the decodes x context shape instead of the whole
+    step grid's (two passes over the grid fewer per core call)."""
+    if np.ndim(column) == 0:
+        return 0.0
     return np.zeros(np.broadcast(tokens, column).shape)
 
 
