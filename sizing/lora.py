@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sizing.candidates import CandidateArrays
+from sizing.candidates import CandidateArrays, row_constant
 
 #: LoRA adapters ship and run in bf16
 LORA_BYTES_PER_PARAM = 2.0
@@ -77,6 +77,7 @@ def resident_bytes_per_gpu(c: CandidateArrays) -> np.ndarray:
     return c.lora_resident_slots * adapter_bytes_per_gpu(c)
 
 
+@row_constant
 def serves_adapters(c: CandidateArrays) -> bool:
     """Any row serving LoRA adapters (else a step adds no adapter time)."""
     return bool((c.lora_rank > 0).any())

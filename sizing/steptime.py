@@ -53,7 +53,7 @@ import numpy as np
 from sizing.candidates import CandidateArrays, row_constant
 from sizing.lora import lora_step_s, serves_adapters
 from sizing.memory import kv_bytes_per_sequence_per_gpu, nonexpert_weight_bytes
-from sizing.speculative import drafting_s, speculating, verify_tokens_per_sequence
+from sizing.speculative import drafting_s, drafts, verify_tokens_per_sequence
 
 ACTIVATION_BYTES = 2.0  # bf16 activations on the wire
 
@@ -399,7 +399,7 @@ def decode_step(
     overhead = step_overhead_total_s(c, b)
     step = _pipeline_s(c, stage.stage_s, hop) + overhead
     draft = 0.0
-    if speculating(c).any() or serves_adapters(c):  # else both are all 0: skip adding them
+    if drafts(c) or serves_adapters(c):  # else both are all 0: skip adding them
         draft = drafting_s(c, b, context_tokens) + lora_step_s(
             c, b * verify_tokens_per_sequence(c) + pre
         )
