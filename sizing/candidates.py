@@ -191,6 +191,7 @@ def row_constant(fn: Callable[..., Any]) -> Callable[..., Any]:
     cached token, ...) cost ~1-5 us each per call. A scalar row's numpy scalars are
     immutable, so their value is kept on the row; array rows (whose arrays a caller may
     change in place) compute it every time. Same function, same numbers: only when it runs.
+    ``flags`` are positional and hashable (a keyword argument is refused, never mis-keyed).
     """
 
     @functools.wraps(fn)
