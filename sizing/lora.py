@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sizing.candidates import CandidateArrays
+from sizing.candidates import CandidateArrays, row_constant
 
 #: LoRA adapters ship and run in bf16
 LORA_BYTES_PER_PARAM = 2.0
@@ -77,10 +77,16 @@ def resident_bytes_per_gpu(c: CandidateArrays) -> np.ndarray:
     return c.lora_resident_slots * adapter_bytes_per_gpu(c)
 
 
+@row_constant
+def serves_adapters(c: CandidateArrays) -> bool:
+    """Any row serving LoRA adapters (else a step adds no adapter time)."""
+    return bool((c.lora_rank > 0).any())
+
+
 def lora_step_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
     """Added time of one engine step with ``tokens`` per DP rank (s); 0 without LoRA."""
     t = np.asarray(tokens, dtype=np.float64)
-    if not (c.lora_rank > 0).any():  # no row serves adapters: skip the module shapes (all 0)
+    if not serves_adapters(c):  # no row serves adapters: skip the module shapes (all 0)
         return np.zeros(np.broadcast(t, c.lora_rank).shape)
     read = c.lora_active * adapter_bytes_per_gpu(c) / (c.hbm_bytes_s * c.eta_mem)
     flops = 2.0 * c.lora_rank * module_dims_per_layer(c) * c.num_layers * t / (c.tp * c.pp)

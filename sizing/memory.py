@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sizing.candidates import CandidateArrays
+from sizing.candidates import CandidateArrays, row_constant
 
 GB = 1e9
 
@@ -127,6 +127,7 @@ def kv_heads_per_gpu(c: CandidateArrays) -> np.ndarray:
     return np.maximum(c.num_kv_heads / c.tp, 1.0)
 
 
+@row_constant
 def kv_elements_per_token_layer_per_gpu(c: CandidateArrays) -> np.ndarray:
     """Per GPU: GQA ``2 * d * max(n_kv/TP, 1)``; MLA latent replicated on every TP rank."""
     mla = c.kv_lora_rank + c.qk_rope_head_dim

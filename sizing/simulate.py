@@ -38,6 +38,7 @@ pure-Python loop drew them, and the loop returns here only for a step-time block
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 import os
@@ -266,8 +267,10 @@ TABLE_BYTES = 48 << 20
 SHARED_TIMER_BYTES = int(os.environ.get("SIZING_STEP_MEMO_MB", "0")) << 20
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def grid_value(k: int, per_octave: int) -> float:
-    """The value a key stands for (the cell's centre on the log grid)."""
+    """The value a key stands for (the cell's centre on the log grid); remembered, since each
+    core call asks ~50 of them and the keys of a run repeat (a few thousand distinct)."""
     if k <= EXACT_BELOW:
         return float(k)
     return 2.0 ** ((k - EXACT_BELOW - 1) / per_octave)
@@ -421,7 +424,8 @@ class StepTimer:
         step = decode_step(
             self.core_c, decodes, ctx[:, None, None], pre_v[None, :, None], p_v[None, :, None]
         ).step_s
-        return np.broadcast_to(step, (width, len(pre_keys), length))
+        shape = (width, len(pre_keys), length)
+        return step if step.shape == shape else np.broadcast_to(step, shape)
 
     @property
     def nbytes(self) -> int:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sizing.candidates import CandidateArrays
+from sizing.candidates import CandidateArrays, row_constant
 from sizing.memory import kv_elements_per_token_layer_per_gpu
 from sizing.specs import ModelSpec
 
@@ -50,6 +50,12 @@ def default_head_params(model: ModelSpec) -> float:
 
 def speculating(c: CandidateArrays) -> np.ndarray:
     return c.spec_tokens > 0
+
+
+@row_constant
+def drafts(c: CandidateArrays) -> bool:
+    """Any row drafting (else a step adds no drafter time)."""
+    return bool(speculating(c).any())
 
 
 def verify_tokens_per_sequence(c: CandidateArrays) -> np.ndarray:
@@ -90,7 +96,7 @@ def draft_step_s(c: CandidateArrays, batch: np.ndarray, context_tokens: np.ndarr
 
 def drafting_s(c: CandidateArrays, batch: np.ndarray, context_tokens: np.ndarray) -> np.ndarray:
     """``k * t_draft(B)`` added to every decode step (s); 0 without speculative decoding."""
-    if not speculating(c).any():  # no row drafts: skip the drafter's roofline (all 0)
+    if not drafts(c):  # no row drafts: skip the drafter's roofline (all 0)
         shape = np.broadcast(batch, context_tokens, c.tp).shape
         return np.zeros(shape)
     return np.where(speculating(c), c.spec_tokens * draft_step_s(c, batch, context_tokens), 0.0)

@@ -50,10 +50,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sizing.candidates import CandidateArrays
-from sizing.lora import lora_step_s
+from sizing.candidates import CandidateArrays, row_constant
+from sizing.lora import lora_step_s, serves_adapters
 from sizing.memory import kv_bytes_per_sequence_per_gpu, nonexpert_weight_bytes
-from sizing.speculative import drafting_s, verify_tokens_per_sequence
+from sizing.speculative import drafting_s, drafts, verify_tokens_per_sequence
 
 ACTIVATION_BYTES = 2.0  # bf16 activations on the wire
 
@@ -128,11 +128,13 @@ class StageCost:
         return self.mem_s >= self.flop_s
 
 
+@row_constant
 def untied_embedding_params(c: CandidateArrays) -> np.ndarray:
     """Input-embedding params that a step does not stream (a tied table is the LM head)."""
     return np.where(c.tied_embeddings, 0.0, c.embedding_params)
 
 
+@row_constant
 def streamed_nonexpert_bytes_per_gpu(c: CandidateArrays) -> np.ndarray:
     """Non-expert bytes one GPU reads per step: ``(nonexpert - embedding) / (TP * PP)`` (B)."""
     embed = untied_embedding_params(c) * c.embedding_bytes_per_param
@@ -147,7 +149,7 @@ def streamed_expert_bytes_per_gpu(c: CandidateArrays, tokens: np.ndarray) -> np.
     bytes per param, ``b_w`` unless the checkpoint mixes precisions); without EP each rank
     holds TP-sharded copies and only its own tokens route there.
     """
-    if not (c.num_experts > 0).any():  # dense rows only: skip the routing terms (all 0)
+    if not _has_experts(c):  # dense rows only: skip the routing terms (all 0)
         return _zeros(tokens, c.tp)
     group_tokens = np.where(c.ep > 1, tokens * c.dp, tokens)
     distinct = expected_distinct_experts(c.num_experts, c.experts_per_token, group_tokens)
@@ -161,6 +163,7 @@ def streamed_expert_bytes_per_gpu(c: CandidateArrays, tokens: np.ndarray) -> np.
     )
 
 
+@row_constant
 def attention_flops_per_context_token(c: CandidateArrays, absorbed_mla: bool) -> np.ndarray:
     """FLOPs per query token per cached token per layer: ``4 * n_h * d`` (QK^T and PV);
     absorbed MLA decode attends over the latent, ``2 * n_h * (r + rope) + 2 * n_h * r``."""
@@ -228,7 +231,7 @@ def stage_cost(
     flop_s = flops_dec / (c.peak_flops * c.eta_flop_decode) + flops_pre / (
         c.peak_flops * c.eta_flop_prefill
     )
-    if (c.vision_flops_per_prefill_token > 0).any():
+    if _has_vision(c):
         # vision-language prompts: the encoder's FLOPs ride with the prefill, at bf16
         vision = pre * c.vision_flops_per_prefill_token / shard
         flops_pre = flops_pre + vision
@@ -244,6 +247,9 @@ def stage_cost(
             flop_s + (expert_dec / c.eta_flop_decode + expert_pre / c.eta_flop_prefill) * rescale
         )
     comm_s = tp_allreduce_s(c, tokens) + ep_alltoall_s(c, tokens)
+    stage_s = np.maximum(mem_s, flop_s)
+    if _tensor_parallel(c) or _expert_parallel(c):  # else comm_s is all 0: skip adding it
+        stage_s = stage_s + comm_s
     return StageCost(
         weight_bytes=weight_bytes,
         kv_bytes=kv_bytes,
@@ -252,33 +258,74 @@ def stage_cost(
         mem_s=mem_s,
         flop_s=flop_s,
         comm_s=comm_s,
-        stage_s=np.maximum(mem_s, flop_s) + comm_s,
+        stage_s=stage_s,
         flops_expert_decode=expert_dec,
         flops_expert_prefill=expert_pre,
         expert_weight_bytes=expert_bytes,
     )
 
 
+@row_constant
 def routed_active_params(c: CandidateArrays) -> np.ndarray:
     """Routed-expert params one token runs through: ``k * params_per_expert * L_moe``
     (gpt-oss-120b: 4 x 24.9e6 x 36 = 3.58e9 of its 5.1e9 active)."""
     return c.experts_per_token * c.params_per_expert * c.num_moe_layers
 
 
+@row_constant
 def _experts_at_own_peak(c: CandidateArrays) -> bool:
     """Any MoE row whose experts compute at another peak than the rest of its weights."""
     moe = c.num_experts > 0
     return bool((moe & (c.expert_peak_flops != c.peak_flops)).any())
 
 
-def _zeros(tokens, column: np.ndarray) -> np.ndarray:
+@row_constant
+def _has_experts(c: CandidateArrays) -> bool:
+    """Any MoE row (else the routing terms are all 0)."""
+    return bool((c.num_experts > 0).any())
+
+
+@row_constant
+def _tensor_parallel(c: CandidateArrays) -> bool:
+    """Any row with TP > 1 (else no all-reduce)."""
+    return bool((c.tp > 1).any())
+
+
+@row_constant
+def _expert_parallel(c: CandidateArrays) -> bool:
+    """Any row with EP > 1 (else no all-to-all)."""
+    return bool((c.ep > 1).any())
+
+
+@row_constant
+def _pipelined(c: CandidateArrays) -> bool:
+    """Any row with PP > 1 (else no hop, and a step is its one stage)."""
+    return bool((c.pp > 1).any())
+
+
+@row_constant
+def _has_vision(c: CandidateArrays) -> bool:
+    """Any row whose prompts carry images (else no encoder FLOPs)."""
+    return bool((c.vision_flops_per_prefill_token > 0).any())
+
+
+def _zeros(tokens, column: np.ndarray) -> np.ndarray | float:
     """The all-zero result a term's ``np.where(..., 0.0)`` gives, at the same shape: the
-    step-time memo calls these per grid cell, and most rows are dense, single-stage, no EP."""
+    step-time memo calls these per grid cell, and most rows are dense, single-stage, no EP.
+
+    A scalar row (``scalar_row``, the memo's) gets a plain 0.0: only its step times are
+    read, and they keep the tokens' shape through the FLOP time, so the weight bytes and
+    memory time of a dense row stay at the decodes x context shape instead of the whole
+    step grid's (two passes over the grid fewer per core call)."""
+    if np.ndim(column) == 0:
+        return 0.0
     return np.zeros(np.broadcast(tokens, column).shape)
 
 
 def tp_allreduce_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
     """Two all-reduces per layer of this stage over the scale-up link (s)."""
+    if not _tensor_parallel(c):  # one GPU per stage on every row: no all-reduce (all 0)
+        return _zeros(tokens, c.tp)
     message = tokens * c.hidden_size * ACTIVATION_BYTES
     one = ring_allreduce_s(message, c.tp, c.link_bytes_s, c.link_efficiency, c.allreduce_latency_s)
     return 2.0 * (c.num_layers / c.pp) * one
@@ -287,7 +334,7 @@ def tp_allreduce_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
 def ep_alltoall_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
     """Dispatch + combine per MoE layer: each GPU ships ``tokens/TP * k * hidden * 2 B`` of
     which ``(EP-1)/EP`` leaves the GPU; on the NIC when EP exceeds the scale-up domain (s)."""
-    if not (c.ep > 1).any():  # no expert parallelism on any row: no all-to-all (all 0)
+    if not _expert_parallel(c):  # no expert parallelism on any row: no all-to-all (all 0)
         return _zeros(tokens, c.ep)
     link = np.where(c.ep <= c.scale_up_domain_gpus, c.link_bytes_s, c.scale_out_bytes_s)
     volume = tokens / c.tp * c.experts_per_token * c.hidden_size * ACTIVATION_BYTES
@@ -298,7 +345,7 @@ def ep_alltoall_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
 def pp_hop_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
     """Activations across one stage boundary, ``T * hidden * 2 B / (link * eff) + latency``;
     on the NIC when the instance spans beyond the scale-up domain (s)."""
-    if not (c.pp > 1).any():  # one stage on every row: no hop (all 0)
+    if not _pipelined(c):  # one stage on every row: no hop (all 0)
         return _zeros(tokens, c.pp)
     inside = c.tp * c.pp * c.dp <= c.scale_up_domain_gpus
     link = np.where(inside, c.link_bytes_s, c.scale_out_bytes_s)
@@ -350,11 +397,22 @@ def decode_step(
     stage = stage_cost(c, b / c.pp, context_tokens, pre / c.pp, prompt_tokens)
     hop = pp_hop_s(c, (b * verify_tokens_per_sequence(c) + pre) / c.pp)
     overhead = step_overhead_total_s(c, b)
-    draft = drafting_s(c, b, context_tokens) + lora_step_s(
-        c, b * verify_tokens_per_sequence(c) + pre
-    )
-    step = c.pp * stage.stage_s + (c.pp - 1) * hop + overhead + draft
+    step = _pipeline_s(c, stage.stage_s, hop) + overhead
+    draft = 0.0
+    if drafts(c) or serves_adapters(c):  # else both are all 0: skip adding them
+        draft = drafting_s(c, b, context_tokens) + lora_step_s(
+            c, b * verify_tokens_per_sequence(c) + pre
+        )
+        step = step + draft
     return StepTime(stage=stage, hop_s=hop, overhead_s=overhead, step_s=step, draft_s=draft)
+
+
+def _pipeline_s(c: CandidateArrays, stage_s: np.ndarray, hop_s: np.ndarray) -> np.ndarray:
+    """``PP * stage_s + (PP - 1) * hop_s`` (s): ``stage_s`` itself when every row has one
+    stage (``1 * x + 0`` is ``x`` exactly), two passes fewer over a step-time grid."""
+    if not _pipelined(c):
+        return stage_s
+    return c.pp * stage_s + (c.pp - 1) * hop_s
 
 
 @dataclass(frozen=True)

@@ -187,3 +187,19 @@ def test_step_overhead_grows_with_the_running_sequences():
     # B = 1: 1.82 ms; B = 64: 1.8 + 1.28 = 3.08 ms; a prefill-only step (B = 0): 1.8 ms
     assert st.overhead_s == pytest.approx([1.82e-3, 3.08e-3, 1.8e-3])
     assert st.step_s[1] - st.step_s[0] > 63 * 2e-5
+
+
+def test_a_scalar_rows_remembered_terms_stay_with_that_row():
+    # given Llama 70B fp8 TP4's scalar row, costed once (it keeps its row-only terms)
+    row = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=4).scalar_row()
+    decodes = np.arange(0.0, 65.0)
+    first = decode_step(row, decodes, 1500.0, 512.0, 700.0).step_s
+    # when a TP2 row is derived from it and both are costed
+    tp2 = replace(row, tp=np.int64(2))
+    again = decode_step(row, decodes, 1500.0, 512.0, 700.0).step_s
+    derived = decode_step(tp2, decodes, 1500.0, 512.0, 700.0).step_s
+    # then each has its own numbers: the derived row none of the TP4 row's terms
+    fresh = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=2)
+    np.testing.assert_array_equal(again, first)
+    np.testing.assert_array_equal(derived, decode_step(fresh, decodes, 1500.0, 512.0, 700.0).step_s)
+    assert not np.array_equal(derived, first)
