@@ -786,7 +786,7 @@ def _free_constants(joint: JointFit, key: ProfileKey, generation: str, newest: d
     s_top, s_leaf = silicon_nodes(generation, precision)
     nodes = node_chain(s_leaf if precision else s_top)  # the vendor's constants count too
     if family:
-        nodes += list(engine_nodes(family, release))
+        nodes += node_chain(engine_nodes(family, release)[1])
     free = {name for node in nodes for name in joint.values.get(node, {})}
     return tuple(name for name in FITTED_CONSTANTS if name in free)
 

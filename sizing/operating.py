@@ -147,8 +147,8 @@ def admitted_context_tokens(c: CandidateArrays, isl: np.ndarray, osl: np.ndarray
 
     Worked: 128-token prompts, 4,096-token outputs: 2,176 tokens live, 4,224 reserved, so
     TensorRT-LLM holds 1.94x fewer sequences in the same pool."""
-    share = np.where(np.asarray(c.kv_reserves_output) > 0, 1.0, 0.5)
-    return np.asarray(isl, dtype=np.float64) + share * np.asarray(osl, dtype=np.float64)
+    whole = np.asarray(isl, dtype=np.float64) + np.asarray(osl, dtype=np.float64)
+    return np.where(np.asarray(c.kv_reserves_output) > 0, whole, live_context_tokens(isl, osl))
 
 
 def kv_sequences_live(

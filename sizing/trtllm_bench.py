@@ -54,9 +54,10 @@ def kv_max_requests(
     isl: float,
     osl: float,
 ) -> float:
-    """Requests of ``isl + osl`` tokens the tool expects the KV cache to hold (see module)."""
+    """Requests of ``isl + osl`` tokens the tool expects the KV cache to hold (see module);
+    ``kv_precision`` already resolved (the caller applies the engine's default)."""
     b_w = BYTES_PER_ELEMENT[canonical_precision(weight_precision)]
-    b_kv = BYTES_PER_ELEMENT[canonical_precision(kv_precision or "bf16")]
+    b_kv = BYTES_PER_ELEMENT[canonical_precision(kv_precision)]
     kv_gib_per_token = 2 * model.num_layers * max(tp, model.num_kv_heads) * model.head_dim
     kv_gib_per_token *= b_kv / GIB
     engine_gib = model.total_params * b_w / GIB
@@ -64,21 +65,24 @@ def kv_max_requests(
     return cache_gib / (kv_gib_per_token * (isl + osl))
 
 
+#: ``finetune_setting``'s optimistic rounding: (below this value, round up to a multiple of
+#: this step), the last row for everything above
+BATCH_STEPS = ((256, 32), (1024, 128), (math.inf, 256))
+TOKEN_STEPS = ((4096, 256), (8192, 512), (math.inf, 1024))
+MIN_BATCH, MIN_TOKENS = 64, 2048
+
+
+def _round_up(value: float, steps: tuple[tuple[float, int], ...], floor: int) -> int:
+    """``value`` rounded up to the step of the first row it is below, at least ``floor``."""
+    step = next(step for below, step in steps if value < below)
+    return max(floor, step * math.ceil(value / step))
+
+
 def bench_limits(requests: float, isl: float, osl: float, pp: int) -> tuple[int, int]:
     """``(max_batch_size, max_num_tokens)`` from the expected requests (``finetune_setting``
     with its optimistic rounding, then whole prompts per step since chunking is off)."""
     raw_bs = min(requests, MAX_BATCH) / pp
     raw_tokens = min(raw_bs * (1.0 + isl / osl), MAX_TOKENS)
-    if raw_bs < 256:
-        batch = max(64, 32 * math.ceil(raw_bs / 32))
-    elif raw_bs < 1024:
-        batch = 128 * math.ceil(raw_bs / 128)
-    else:
-        batch = 256 * math.ceil(raw_bs / 256)
-    if raw_tokens < 4096:
-        tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
-    elif raw_tokens < 8192:
-        tokens = 512 * math.ceil(raw_tokens / 512)
-    else:
-        tokens = 1024 * math.ceil(raw_tokens / 1024)
+    batch = _round_up(raw_bs, BATCH_STEPS, MIN_BATCH)
+    tokens = _round_up(raw_tokens, TOKEN_STEPS, MIN_TOKENS)
     return batch, max(tokens, math.ceil(isl) + batch)
