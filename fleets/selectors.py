@@ -15,6 +15,7 @@ from django.db.models import F
 
 from fleets.models import GpuSku, ModelArchitecture
 from fleets.names import normalize_name
+from sizing.precision import checkpoint_from_hf_config
 from sizing.specs import GpuSpec, ModelSpec
 from sizing.vision import vision_from_hf_config
 
@@ -124,6 +125,7 @@ def model_spec(row: ModelArchitecture) -> ModelSpec:
         max_context=row.max_context or 131072,
         tie_word_embeddings=row.tie_word_embeddings,
         **vision_from_hf_config(row.config_json or {}),
+        **checkpoint_from_hf_config(row.config_json or {}),
     )
 
 

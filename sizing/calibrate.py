@@ -132,6 +132,8 @@ class FitPoint:
     flags: frozenset[str] = frozenset()
     #: the engine release the row was measured on ('' when the source does not say)
     engine_release: str = ""
+    #: the routed experts' precision when it is not ``weight_precision`` (see ``_precisions``)
+    expert_precision: str = ""
 
     @property
     def lengths_drawn(self) -> bool:
@@ -147,7 +149,8 @@ class FitPoint:
         load = "offline" if math.isnan(self.concurrency) else f"c={int(self.concurrency)}"
         return (
             f"{self.model.name} on {self.num_gpus}x{self.gpu_key} TP{self.tp} PP{self.pp} "
-            f"EP{self.ep} {self.engine} {self.weight_precision}/{self.kv_precision} "
+            f"EP{self.ep} {self.engine} {self.weight_precision}/{self.kv_precision}"
+            f"{' experts ' + self.expert_precision if self.expert_precision else ''} "
             f"{self.isl:g}/{self.osl:g} {load}"
         )
 
@@ -161,14 +164,22 @@ def point_engine(p: FitPoint) -> EngineSettings:
     TensorRT-LLM's offline rows ran ``trtllm-bench throughput``, whose batch size and token
     budget come from its own heuristic (``sizing.trtllm_bench``)."""
     name = _engine_name(p.engine)
-    if name != "trtllm" or not math.isnan(p.concurrency):
+    if not _ran_trtllm_bench(p):
         return _ENGINES[name]
-    kv = p.kv_precision or default_kv_precision(p.weight_precision)
-    requests = trtllm_bench.kv_max_requests(
-        p.model, p.gpu, p.num_gpus, p.tp, p.weight_precision, kv, p.isl, p.osl
-    )
-    batch, tokens = trtllm_bench.bench_limits(requests, p.isl, p.osl, p.pp)
+    batch, tokens = trtllm_bench.bench_limits(_bench_requests(p), p.isl, p.osl, p.pp)
     return dataclasses.replace(_ENGINES[name], max_num_seqs=batch, max_num_batched_tokens=tokens)
+
+
+def _ran_trtllm_bench(p: FitPoint) -> bool:
+    return _engine_name(p.engine) == "trtllm" and math.isnan(p.concurrency)
+
+
+def _bench_requests(p: FitPoint) -> float:
+    """The requests ``trtllm-bench`` expects the cache to hold for this point (it reads the
+    checkpoint's quantisation: the experts' when only they are quantized)."""
+    kv = p.kv_precision or default_kv_precision(p.weight_precision)
+    weights = p.expert_precision or p.weight_precision
+    return trtllm_bench.kv_max_requests(p.model, p.gpu, p.num_gpus, p.tp, weights, kv, p.isl, p.osl)
 
 
 def points_from_measurements(
@@ -205,7 +216,11 @@ def points_from_measurements(
         except LookupError as error:
             skipped.append((row, f"not in the catalog: {error.args[0] if error.args else error}"))
             continue
-        points.append(_point(row, model, gpu, gpu_key, generation_of(gpu_key)))
+        point = _point(row, model, gpu, gpu_key, generation_of(gpu_key))
+        if _ran_trtllm_bench(point) and _bench_requests(point) <= 0:
+            skipped.append((row, BENCH_LIMITS_UNKNOWN))
+            continue
+        points.append(point)
     return points, skipped
 
 
@@ -242,8 +257,32 @@ def _layout(row: Any) -> tuple[int, int, int, int]:
     return num_gpus, tp, pp, row.ep or 1
 
 
+#: why an offline TensorRT-LLM row is not predicted when the bench's heuristic finds no room
+BENCH_LIMITS_UNKNOWN = (
+    "trtllm-bench's own heuristic leaves no KV cache for this run, so it was run with batch "
+    "limits the source does not give"
+)
+
+
+def _precisions(row: Any, model: ModelSpec) -> tuple[str, str, str]:
+    """(weights, KV cache, routed experts) a row ran at.
+
+    A checkpoint published with only its experts quantized (``checkpoint_expert_precision``;
+    gpt-oss: MXFP4 experts, bf16 attention and embeddings) is served as published, whatever
+    a table's precision column says (the TensorRT-LLM perf-overview labels gpt-oss "FP4" on
+    B200 and "FP8" on Hopper after the column header): experts at the checkpoint's precision,
+    the rest bf16, the cache as stated, else (``auto``) at the model's bf16.
+    """
+    expert = model.checkpoint_expert_precision
+    if not expert:
+        return row.weight_precision, row.kv_precision, ""
+    assumed = "kv_precision_assumed" in getattr(row, "flags", ())
+    return "bf16", "bf16" if assumed else row.kv_precision, expert
+
+
 def _point(row: Any, model: ModelSpec, gpu: GpuSpec, gpu_key: str, generation: str) -> FitPoint:
     num_gpus, tp, pp, ep = _layout(row)
+    weight, kv, expert = _precisions(row, model)
     scale = DRAWN_LENGTH_FACTOR if DRAWN_LENGTHS_FLAG in row.flags else 1.0
     return FitPoint(
         model=model,
@@ -252,8 +291,9 @@ def _point(row: Any, model: ModelSpec, gpu: GpuSpec, gpu_key: str, generation: s
         tp=tp,
         pp=pp,
         ep=ep,
-        weight_precision=row.weight_precision,
-        kv_precision=row.kv_precision,
+        weight_precision=weight,
+        kv_precision=kv,
+        expert_precision=expert,
         isl=row.isl * scale,
         osl=row.osl * scale,
         concurrency=math.nan if row.concurrency is None else float(row.concurrency),
@@ -331,6 +371,7 @@ class _Columns:
             "ep": col("ep", np.int64),
             "weight_precision": [p.weight_precision for p in pts],
             "kv_precision": [p.kv_precision or None for p in pts],
+            "expert_precision": [p.expert_precision or None for p in pts],
             "isl": col("isl"),
             "osl": col("osl"),
             "concurrency": col("concurrency"),

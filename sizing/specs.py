@@ -20,17 +20,17 @@ BYTES_PER_ELEMENT: dict[str, float] = {
     "int8": 1.0,
     "int4": 0.5,
     "fp4": 0.5,
+    "mxfp4": 0.5,
 }
 
 #: Extra bytes per weight for block-scaled 4-bit formats: int4 (AWQ/GPTQ, group 128, one fp16
 #: scale + zero per group = 4 B / 128 weights), fp4 (NVFP4: one fp8 scale per 16 weights =
-#: 1 B / 16; MXFP4: one 8-bit scale per 32 = 1 B / 32; we use NVFP4's, the larger).
-WEIGHT_SCALE_OVERHEAD: dict[str, float] = {"int4": 4.0 / 128, "fp4": 1.0 / 16}
+#: 1 B / 16), mxfp4 (OCP Microscaling spec v1.0: one 8-bit E8M0 scale per 32 = 1 B / 32).
+WEIGHT_SCALE_OVERHEAD: dict[str, float] = {"int4": 4.0 / 128, "fp4": 1.0 / 16, "mxfp4": 1.0 / 32}
 
 #: Aliases accepted on input, mapped to the canonical precision names above.
 PRECISION_ALIASES: dict[str, str] = {
     "nvfp4": "fp4",
-    "mxfp4": "fp4",
     "float16": "fp16",
     "bfloat16": "bf16",
     "float8": "fp8",
@@ -133,6 +133,10 @@ class ModelSpec:
     vision_patch_size: int = 0
     vision_merge: int = 1
     vision_tokens_per_image: int = 0
+    #: The routed experts' precision in the published checkpoint when only they are quantized
+    #: (gpt-oss: MXFP4 experts, bf16 attention and embeddings, per its config.json
+    #: ``quantization_config``); '' for a checkpoint stored at one precision.
+    checkpoint_expert_precision: str = ""
 
     @property
     def is_mla(self) -> bool:

@@ -28,20 +28,26 @@ cache ``(179.06 - 32.85) * 0.95 = 138.90`` GiB; ``2 * 80 * 8 * 128 * 1 / 2^30 = 
 per token; ``138.90 / (1.526e-4 * 256) = 3,556`` requests -> batch ``256 * 14 = 3,584``,
 tokens ``min(3,556 * 2, 32768) = 7,112`` -> ``512 * 14 = 7,168`` (>= 128 + 3,584).
 
-b_w and b_kv are the bare element sizes the tool uses (fp4 0.5, fp8 1, bf16 2), without block
-scales; an MLA model is counted as its config's KV heads, as the tool does.
+b_w and b_kv are the bare element sizes the tool uses (NVFP4 0.5, fp8 1, bf16 2), without block
+scales, and 2 for a quantisation it does not list (gpt-oss's MXFP4: the whole checkpoint is
+counted at 2 B/param); an MLA model is counted as its config's KV heads, as the tool does.
+Where that leaves no cache (gpt-oss-120b on one H200) the tool refuses to pick limits, so
+the run was given its own, which the source does not publish.
 """
 
 from __future__ import annotations
 
 import math
 
-from sizing.specs import BYTES_PER_ELEMENT, GpuSpec, ModelSpec, canonical_precision
+from sizing.specs import GpuSpec, ModelSpec, canonical_precision
 
 GIB = float(1 << 30)
 KV_CACHE_FRACTION = 0.95  # calc_engine_setting's default kv_cache_gpu_mem_fraction
 MAX_BATCH = 4096  # "cap total batch size to avoid decoder buffer size becoming too large"
 MAX_TOKENS = 32768  # "cap num tokens to avoid TRT activation buffer becoming too large"
+#: tuning.py's ``BYTES_PER_ELEM`` (NO_QUANT 2, FP8 and FP8_BLOCK_SCALES 1, NVFP4 0.5); any
+#: other quantisation (MXFP4, int4, int8) reads its default, 2
+TOOL_BYTES_PER_ELEMENT = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
 
 
 def kv_max_requests(
@@ -56,8 +62,8 @@ def kv_max_requests(
 ) -> float:
     """Requests of ``isl + osl`` tokens the tool expects the KV cache to hold (see module);
     ``kv_precision`` already resolved (the caller applies the engine's default)."""
-    b_w = BYTES_PER_ELEMENT[canonical_precision(weight_precision)]
-    b_kv = BYTES_PER_ELEMENT[canonical_precision(kv_precision)]
+    b_w = TOOL_BYTES_PER_ELEMENT.get(canonical_precision(weight_precision), 2.0)
+    b_kv = TOOL_BYTES_PER_ELEMENT.get(canonical_precision(kv_precision), 2.0)
     kv_gib_per_token = 2 * model.num_layers * max(tp, model.num_kv_heads) * model.head_dim
     kv_gib_per_token *= b_kv / GIB
     engine_gib = model.total_params * b_w / GIB

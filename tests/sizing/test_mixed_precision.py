@@ -23,9 +23,9 @@ def test_gpt_oss_120b_mxfp4_experts_with_bf16_attention_against_its_checkpoint()
     # and bf16 everything else, and it runs on one 80 GB GPU.
     c = CandidateArrays.build(GPT_OSS_120B, H100, "bf16", expert_precision="mxfp4")
     total = weights_bytes_total(c)[0]
-    assert expert_weight_bytes(c)[0] == pytest.approx(EXPERTS * (0.5 + 1 / 16))
-    # 68.8 GB: +5.4 % (we charge NVFP4's 1/16 scale overhead; MXFP4's is 1/32)
-    assert total == pytest.approx(65.3e9, rel=0.06)
+    # MXFP4: 4-bit elements and one 8-bit scale per 32 (0.53125 B/param)
+    assert expert_weight_bytes(c)[0] == pytest.approx(EXPERTS * (0.5 + 1 / 32))
+    assert total == pytest.approx(65.3e9, rel=0.005)
     assert fit_memory(c, 2000).fits[0]
     assert not fit_memory(CandidateArrays.build(GPT_OSS_120B, H100, "bf16"), 2000).fits[0]
 
