@@ -190,7 +190,7 @@ def test_serving_precision_reaches_every_candidate_of_the_snapshot(catalog, api)
     # then attention replaces the swept precision, and each component is on every candidate
     assert {k.weight_precision for k in cores} == {"bf16"}
     assert {(k.expert_precision, k.kv_precision, k.embedding_precision) for k in cores} == {
-        ("fp4", "fp8", "bf16")
+        ("mxfp4", "fp8", "bf16")
     }
     # and it fits one 80 GB H100, which the model at bf16 throughout does not
     from sizing.chain import candidate_arrays
@@ -278,7 +278,7 @@ def test_a_model_gets_its_own_components_and_unknown_models_are_refused(catalog,
     by_model = {(k.model.name, k.weight_precision, k.expert_precision, k.kv_precision)
                 for k in cores}  # fmt: skip
     assert by_model == {
-        ("gpt-oss-120b", "bf16", "fp4", "fp8"),
+        ("gpt-oss-120b", "bf16", "mxfp4", "fp8"),
         ("Llama 3.1 8B", "fp8", None, "fp8"),
     }
     # a model that is not a candidate, or not in the catalog, is refused by its path
