@@ -36,6 +36,7 @@ from pricing.models import ApiTokenPrice, PriceSheet
 from pricing.services import price_sheet_lock
 from sizing.breakeven import api_usd_per_token
 from sizing.engine_settings import SettingError, engine_overrides
+from sizing.precision import checkpoint_from_hf_config
 from sizing.serving import (
     component_precisions,
     disaggregation_on,
@@ -470,7 +471,11 @@ def expand_candidates(scenario: Scenario, models, gpus) -> list[dict]:
 
     ``serving.precision`` (a mixed checkpoint) gives components their own precision: the
     routed experts, KV cache and embeddings on every row; ``attention`` replaces the swept
-    weight precision (the attention and dense weights are what ``precision`` means)."""
+    weight precision (the attention and dense weights are what ``precision`` means). A model
+    published with only its experts quantized (gpt-oss: MXFP4, from its config.json) keeps
+    them at that precision unless ``serving.precision`` names theirs: engines serve that
+    checkpoint, so the sweep then varies the attention and dense weights (bf16: as published).
+    """
     shared = component_precisions(scenario.serving)
     owner = scenario.owner if scenario.owner_id else None  # a plan file has no owner
     per_model = _precisions_by_model(shared.pop("models", {}), owner)
@@ -480,8 +485,10 @@ def expand_candidates(scenario: Scenario, models, gpus) -> list[dict]:
         precisions = [components["attention"]] if "attention" in components else (
             scenario.precisions
         )  # fmt: skip
+        published = checkpoint_from_hf_config(model.config_json or {})
         mixed = {
-            "expert_precision": components.get("experts", ""),
+            "expert_precision": components.get("experts")
+            or published.get("checkpoint_expert_precision", ""),
             "embedding_precision": components.get("embeddings", ""),
         }
         for gpu in gpus:

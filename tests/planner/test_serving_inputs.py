@@ -201,6 +201,39 @@ def test_serving_precision_reaches_every_candidate_of_the_snapshot(catalog, api)
                                             expert_precision=None)]), 2000).fits[0]  # fmt: skip
 
 
+def test_gpt_oss_keeps_its_published_mxfp4_experts_unless_the_scenario_names_them(catalog, api):
+    # given gpt-oss-120b swept over bf16 and fp8 with no serving precision: its config.json
+    # says the checkpoint quantizes only the experts (MXFP4), which every engine serves as is
+    data = body()
+    data["candidates"] = {"models": ["gpt-oss-120b", "Llama 3.1 8B"], "gpus": ["H100"],
+                          "precisions": ["bf16", "fp8"]}  # fmt: skip
+    response = api.post("/api/v1/scenarios/", data, format="json")
+    assert response.status_code == 201, response.json()
+    cores = snap.candidates(build_inputs_snapshot(Scenario.objects.get(), None))
+    # then the sweep varies the attention and dense weights; the experts stay MXFP4
+    assert {(k.model.name, k.weight_precision, k.expert_precision) for k in cores} == {
+        ("gpt-oss-120b", "bf16", "mxfp4"),
+        ("gpt-oss-120b", "fp8", "mxfp4"),
+        ("Llama 3.1 8B", "bf16", None),
+        ("Llama 3.1 8B", "fp8", None),
+    }
+    # and at bf16 it is the published 65.3 GB checkpoint, which fits one 80 GB H100
+    from sizing.chain import candidate_arrays
+    from sizing.memory import weights_bytes_total
+
+    [published] = [k for k in cores if k.model.name == "gpt-oss-120b"
+                   and k.weight_precision == "bf16" and k.parallelism.tp == 1]  # fmt: skip
+    assert weights_bytes_total(candidate_arrays([published]))[0] == pytest.approx(65.3e9, rel=0.005)
+    # and a scenario that names the experts' precision gets its own
+    named = body(serving={"precision": {"experts": "fp4"}})
+    named["candidates"] = {"models": ["gpt-oss-120b"], "gpus": ["H100"], "precisions": ["bf16"]}
+    assert api.post("/api/v1/scenarios/", named, format="json").status_code == 201
+    scenario = Scenario.objects.order_by("-pk").first()
+    assert {k.expert_precision for k in snap.candidates(build_inputs_snapshot(scenario, None))} == {
+        "fp4"
+    }
+
+
 BAD_MIXED = [
     ({"serving": {"precision": {"experts": "fp3"}}}, "serving.precision.experts"),
     ({"serving": {"precision": {"kv": "int2"}}}, "serving.precision.kv"),
