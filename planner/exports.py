@@ -213,6 +213,7 @@ COLUMN_SPECS: list[Column] = [
     Column("gpu_slug", _attr("gpu_slug")),
     Column("weight_precision", _attr("precision")),
     Column("kv_precision", _attr("kv_precision")),
+    Column("expert_precision", _attr("expert_precision")),
     Column("tp", _attr("tp"), "int"),
     Column("pp", _attr("pp"), "int"),
     Column("ep", _attr("ep"), "int"),

@@ -241,6 +241,9 @@ class CandidateResult(models.Model):
     gpu_name = models.CharField(max_length=100)
     precision = models.CharField(max_length=10)
     kv_precision = models.CharField(max_length=10)
+    #: the routed experts' precision where it is not ``precision`` (a checkpoint quantized in
+    #: its experts only, e.g. gpt-oss's mxfp4, or ``serving.precision.experts``)
+    expert_precision = models.CharField(max_length=10, blank=True, default="")
     tp = models.PositiveIntegerField()
     pp = models.PositiveIntegerField(default=1)
     ep = models.PositiveIntegerField(default=1)

@@ -445,6 +445,7 @@ def recommendation(row: dict, inputs: dict) -> dict:
         "recommended": row["candidate_key"],
         "model": row["model_name"],
         "precision": row["precision"],
+        "expert_precision": row.get("expert_precision") or "",
         "tp": row["tp"],
         "gpus": row["gpus"],
         "replicas": row["replicas"],

@@ -245,3 +245,22 @@ def test_xlsx_download_is_a_file_built_in_write_only_mode(finished, client):
     _grow(finished, 1000)
     large = _peak_bytes(lambda: _send(exports.xlsx_response(finished)))
     assert large < 2 * small, (small, large)
+
+
+def test_a_mixed_checkpoint_row_names_its_experts_precision_in_every_door(catalog, client):
+    # given a run of gpt-oss-120b (published with MXFP4 experts, bf16 attention) on H100
+    owner = UserFactory(username="moe-analyst")
+    scenario = make_scenario(owner, models=["gpt-oss-120b"], gpus=["H100"], precisions=["bf16"],
+                             gpu_prices={"H100": 2.5})  # fmt: skip
+    run = sizing_run_start(scenario=scenario)
+    assert run.status == "succeeded", run.error
+    # then every row says its experts are mxfp4 beside the swept bf16
+    assert set(run.results.values_list("precision", "expert_precision")) == {("bf16", "mxfp4")}
+    client.force_login(owner)
+    api = client.get(f"/api/v1/runs/{run.pk}/results/", {"limit": 100}).json()["results"]
+    assert {(r["precision"], r["expert_precision"]) for r in api} == {("bf16", "mxfp4")}
+    rows = list(csv.DictReader(io.StringIO(exports.run_csv(run))))
+    assert {(r["weight_precision"], r["expert_precision"]) for r in rows} == {("bf16", "mxfp4")}
+    # and the recommendation card's fields carry it (one published checkpoint fits one H100)
+    [card] = [e for e in run.summary["per_gpu"] if e.get("recommended")]
+    assert card["expert_precision"] == "mxfp4"
