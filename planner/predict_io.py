@@ -76,7 +76,8 @@ PREFIX_COLUMNS = ("prefix_tokens", "prefix_hit_rate")
 SPEC_COLUMNS = ("spec_method", "spec_tokens", "spec_acceptance")
 LORA_COLUMNS = ("lora_adapters", "lora_rank", "lora_active")
 #: components at their own precision when the checkpoint mixes them (gpt-oss: fp4 experts,
-#: bf16 attention and embeddings); blank: the routed experts at weight_precision, the
+#: bf16 attention and embeddings); blank: the routed experts at the published checkpoint's
+#: precision where only they are quantized (gpt-oss: mxfp4), else at weight_precision; the
 #: embedding and LM head at max(weight bytes, bf16). Attention/dense weights are
 #: weight_precision, the cache kv_precision.
 PRECISION_COLUMNS = ("expert_precision", "embedding_precision")
@@ -333,7 +334,12 @@ def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
     settings = _settings(row, model)
     prefix_tokens, prefix_hit_rate = _prefix(row)
     expert_text = (row.get("expert_precision") or "").strip()
-    expert = _precision(expert_text, "expert_precision") if expert_text else ""
+    # blank: the published checkpoint's experts (gpt-oss: mxfp4), as scenarios and fits read it
+    expert = (
+        _precision(expert_text, "expert_precision")
+        if expert_text
+        else model.checkpoint_expert_precision
+    )
     embedding_text = (row.get("embedding_precision") or "").strip()
     embedding = _precision(embedding_text, "embedding_precision") if embedding_text else ""
     images, per_image = _images(row, model)

@@ -234,6 +234,20 @@ def test_gpt_oss_keeps_its_published_mxfp4_experts_unless_the_scenario_names_the
     }
 
 
+def test_predict_reads_a_blank_experts_precision_as_the_published_checkpoint(catalog):
+    # given gpt-oss-120b on one H100 at bf16, the experts' precision blank, mxfp4, and bf16
+    base = "gpt-oss-120b,H100,1,1,1,1,bf16,,1000,200,16"
+    blank, mxfp4, bf16 = _predict(",expert_precision", [base + ",", base + ",mxfp4",
+                                                        base + ",bf16"])  # fmt: skip
+    # then blank is the checkpoint as published (65 GB: it fits), the same as naming mxfp4
+    assert blank["fits"] == "true", blank["reason"]
+    assert {k: v for k, v in blank.items() if k != "expert_precision"} == {
+        k: v for k, v in mxfp4.items() if k != "expert_precision"
+    }
+    # and bf16 experts (234 GB) do not fit one 80 GB GPU
+    assert bf16["fits"] == "false"
+
+
 BAD_MIXED = [
     ({"serving": {"precision": {"experts": "fp3"}}}, "serving.precision.experts"),
     ({"serving": {"precision": {"kv": "int2"}}}, "serving.precision.kv"),
