@@ -843,6 +843,12 @@ EXCLUDE_ITL_PER_CHUNK = "ITL measured per streamed chunk, not per token"
 EXCLUDE_DERIVED = "derived as 1000/TPOT of the same point"
 EXCLUDE_OTHER_STATISTIC = "same point has a preferred statistic (median > mean, TPOT > ITL)"
 EXCLUDE_OLDER_RUN = "same point has a newer run (overlapping captures)"
+EXCLUDE_SATURATED = "open-loop run saturated (TTFT over 3x its lowest rate's: the queue grew)"
+#: An open-loop run whose mean TTFT is this many times the same conditions' lowest-rate TTFT
+#: was above what the engine serves: its prompts queued through the run, so its latencies
+#: measure the run's length, not the engine. Below saturation a prompt waits at most a few
+#: steps (the TensorRT-LLM 0.14 serving table: 1.0-2.8x at 2-16 req/s, 23x at 32 req/s).
+SATURATED_TTFT_RATIO = 3.0
 
 # Order matters: the first matching rule names the reason.
 _RULES: tuple[tuple[Callable[[Measurement], bool], str], ...] = (
@@ -889,6 +895,8 @@ def plain_fit_rows(rows: Iterable[Measurement]) -> tuple[list[Measurement], list
     kept, dropped = _best_statistic(kept)
     excluded += dropped
     kept, dropped = _newest_capture(kept)
+    excluded += dropped
+    kept, dropped = _saturated_runs(kept)
     return kept, excluded + dropped
 
 
@@ -913,6 +921,32 @@ def _newest_capture(rows: list[Measurement]) -> tuple[list[Measurement], list[Ex
         newest = max(group, key=lambda row: (row.run_date, row.source)).source
         winners |= {id(row) for row in group if row.source == newest}
     return _partition(rows, winners, EXCLUDE_OLDER_RUN)
+
+
+def _open_loop(row: Measurement) -> bool:
+    return row.request_rate is not None and row.concurrency is None
+
+
+def _saturated_runs(rows: list[Measurement]) -> tuple[list[Measurement], list[Excluded]]:
+    """Open-loop rows (every metric) at a rate whose TTFT exceeds ``SATURATED_TTFT_RATIO``
+    times the lowest-rate TTFT of the same source, version and conditions."""
+    run_of = {
+        id(row): (row.source, row.source_version, replace(row, request_rate=None).condition_key)
+        for row in rows
+        if _open_loop(row)
+    }
+    ttft: dict[tuple, dict[float, float]] = defaultdict(dict)
+    for row in rows:
+        if _open_loop(row) and row.metric == "ttft_ms":
+            ttft[run_of[id(row)]][row.request_rate] = row.value
+    saturated = {
+        (run, rate)
+        for run, by_rate in ttft.items()
+        for rate, value in by_rate.items()
+        if value > SATURATED_TTFT_RATIO * min(by_rate.values())
+    }
+    winners = {id(row) for row in rows if (run_of.get(id(row)), row.request_rate) not in saturated}
+    return _partition(rows, winners, EXCLUDE_SATURATED)
 
 
 def _partition(

@@ -157,8 +157,10 @@ def profiles_table(profiles) -> list[str]:
 
 def _bucket(point) -> str:
     c = point.concurrency
-    if np.isnan(c):
+    if point.offline:
         return "offline"
+    if np.isnan(c):
+        return "open loop"
     return "c <= 8" if c <= 8 else ("c 16-64" if c <= 64 else "c >= 128")
 
 
@@ -336,10 +338,11 @@ def render(points, left_out, unfitted, s_in, s_src, s_fam, s_exp, profiles, by_s
     doc = [
         "# Calibration: how far the performance model is from measured GPUs",
         "",
-        f"{len(points)} measured points (metrics the model predicts, closed loop or offline, "
-        f"catalogued models and GPUs) from the shipped files; {len(left_out)} rows left out "
+        f"{len(points)} measured points (metrics the model predicts, closed loop, at an "
+        "open-loop rate or offline, of catalogued models and GPUs) from the shipped files; "
+        f"{len(left_out)} rows left out "
         "by the plain-fit rules (`fleets/catalog/MEASUREMENTS.md`) or because the model does "
-        f"not predict them (p99s, open-loop rates, uncatalogued names); {len(unfitted)} "
+        f"not predict them (p99s, open-loop throughput, uncatalogued names); {len(unfitted)} "
         "experimental points are predicted but not fitted (below).",
         "",
         "Errors are absolute percentage errors, median / mean (%). One hierarchical joint fit "

@@ -134,6 +134,10 @@ class FitPoint:
     engine_release: str = ""
     #: the routed experts' precision when it is not ``weight_precision`` (see ``_precisions``)
     expert_precision: str = ""
+    #: open-loop Poisson arrivals (req/s; NaN: closed loop at ``concurrency``, or offline)
+    #: and the requests the run sent (NaN: not stated), see ``operating.open_loop``
+    request_rate: float = math.nan
+    run_requests: float = math.nan
 
     @property
     def lengths_drawn(self) -> bool:
@@ -144,9 +148,20 @@ class FitPoint:
     def precision(self) -> str:
         return self.weight_precision
 
+    @property
+    def offline(self) -> bool:
+        """All requests queued at once (max throughput): neither clients nor a rate."""
+        return math.isnan(self.concurrency) and math.isnan(self.request_rate)
+
     def conditions(self) -> str:
         """The row's conditions in one line, for worst-row listings."""
-        load = "offline" if math.isnan(self.concurrency) else f"c={int(self.concurrency)}"
+        load = (
+            "offline"
+            if self.offline
+            else f"{self.request_rate:g} req/s"
+            if math.isnan(self.concurrency)
+            else f"c={int(self.concurrency)}"
+        )
         return (
             f"{self.model.name} on {self.num_gpus}x{self.gpu_key} TP{self.tp} PP{self.pp} "
             f"EP{self.ep} {self.engine} {self.weight_precision}/{self.kv_precision}"
@@ -171,7 +186,7 @@ def point_engine(p: FitPoint) -> EngineSettings:
 
 
 def _ran_trtllm_bench(p: FitPoint) -> bool:
-    return _engine_name(p.engine) == "trtllm" and math.isnan(p.concurrency)
+    return _engine_name(p.engine) == "trtllm" and p.offline
 
 
 def _bench_requests(p: FitPoint) -> float:
@@ -236,10 +251,10 @@ def _unpredictable(row: Any) -> str:
     """Why the closed-loop model cannot predict this row ('' when it can)."""
     if row.metric not in FIT_METRICS:
         return f"metric {row.metric} is not a mean/median the model predicts"
-    if row.request_rate is not None and row.concurrency is None:
-        return "open-loop request rate (the model is closed loop)"
     if row.offline and row.metric != "output_tok_s_per_gpu":
         return "offline run: latency is unbounded queueing, not a model output"
+    if row.request_rate is not None and row.metric == "output_tok_s_per_gpu":
+        return "open-loop throughput is the offered rate (and the run's drain), not the engine's"
     if not row.weight_precision:
         return "weight precision unknown"
     return ""
@@ -280,6 +295,19 @@ def _precisions(row: Any, model: ModelSpec) -> tuple[str, str, str]:
     return "bf16", "bf16" if assumed else row.kv_precision, expert
 
 
+_RUN_REQUESTS_RE = re.compile(r"\b(\d[\d,]*) requests\b")
+
+
+def _run_requests(row: Any) -> float:
+    """The requests an open-loop run sent, where its source says ("500 requests"; NaN when
+    it does not): how long a queue above saturation grows (``operating.open_loop``)."""
+    for text in (getattr(row, "source_version", ""), getattr(row, "notes", "")):
+        match = _RUN_REQUESTS_RE.search(text or "")
+        if match:
+            return float(match.group(1).replace(",", ""))
+    return math.nan
+
+
 def _point(row: Any, model: ModelSpec, gpu: GpuSpec, gpu_key: str, generation: str) -> FitPoint:
     num_gpus, tp, pp, ep = _layout(row)
     weight, kv, expert = _precisions(row, model)
@@ -297,6 +325,8 @@ def _point(row: Any, model: ModelSpec, gpu: GpuSpec, gpu_key: str, generation: s
         isl=row.isl * scale,
         osl=row.osl * scale,
         concurrency=math.nan if row.concurrency is None else float(row.concurrency),
+        request_rate=math.nan if row.request_rate is None else float(row.request_rate),
+        run_requests=_run_requests(row),
         engine=row.engine_family,
         metric=row.metric,
         value=float(row.value),
@@ -375,6 +405,8 @@ class _Columns:
             "isl": col("isl"),
             "osl": col("osl"),
             "concurrency": col("concurrency"),
+            "request_rate": col("request_rate"),
+            "run_requests": col("run_requests"),
             "engine": [point_engine(p) for p in pts],
             "lengths_drawn": np.array([p.lengths_drawn for p in pts], dtype=bool),
         }
@@ -768,7 +800,10 @@ def fit_profiles(
         return result
     first = columns.predict(PHYSICS)
     placeable = [p for p, v in zip(points, first, strict=True) if np.isfinite(v)]
-    conditions = {(p.model.name, p.gpu_key, p.tp, p.isl, p.osl, p.concurrency) for p in placeable}
+    conditions = {
+        (p.model.name, p.gpu_key, p.tp, p.isl, p.osl, p.concurrency, p.request_rate)
+        for p in placeable
+    }
     if len(placeable) < MIN_FIT_POINTS or len(conditions) < 2:
         result.refused[ProfileKey("all")] = (
             f"{len(placeable)} usable points (of {len(points)}; the rest do not fit in memory) "
@@ -989,7 +1024,7 @@ REPORT_METRICS = (MAX_THROUGHPUT, *FIT_METRICS)
 
 def report_metric(point: FitPoint) -> str:
     """The metric as error tables show it: offline throughput is the max-throughput target."""
-    if point.metric == "output_tok_s_per_gpu" and math.isnan(point.concurrency):
+    if point.metric == "output_tok_s_per_gpu" and point.offline:
         return MAX_THROUGHPUT
     return point.metric
 

@@ -44,6 +44,7 @@ from sizing.operating import (
     closed_loop,
     kv_sequences_live,
     slo_operating_point,
+    with_open_loop_rows,
 )
 from sizing.specs import (
     ApiPrice,
@@ -158,6 +159,8 @@ def predict_rows(
     images_per_request: Any = 0.0,
     tokens_per_image: Any = 0.0,
     lengths_drawn: Any = False,
+    request_rate: Any = np.nan,
+    run_requests: Any = np.nan,
 ) -> Predictions:
     """Predict throughput and latency for n benchmark-shaped rows at once.
 
@@ -186,6 +189,9 @@ def predict_rows(
         random range ratio), so closed-loop re-arrivals drift apart and the prefill step
         holds a share ``prefill_wave_fraction`` of the lock-step group
         (``operating.prefill_group_tokens``); False: equal lengths, the whole group
+    request_rate, run_requests : open-loop Poisson arrivals per instance (req/s; NaN: the
+        row is closed loop at ``concurrency`` or offline) and the requests the run sent
+        (NaN: unknown); such rows take ``operating.open_loop``'s operating point
 
     Returns
     -------
@@ -215,7 +221,11 @@ def predict_rows(
         isl_a = isl_a + image
         c = vision.with_images(c, image, isl_a)
     fit = fit_memory(c, isl_a + osl_a, np.broadcast_to(n_gpus, (n,)))
+    rate = np.broadcast_to(np.asarray(request_rate, dtype=np.float64), (n,))
+    open_rows = np.isfinite(rate)  # their closed-loop point is replaced: evaluate it at 1
+    concurrency = np.where(open_rows, 1.0, np.asarray(concurrency, dtype=np.float64))
     op = closed_loop(c, fit, isl_a, osl_a, concurrency, lengths_drawn=lengths_drawn)
+    op = with_open_loop_rows(c, fit, isl_a, osl_a, op, rate, run_requests)
     ok = fit.fits
     nan = np.nan
     return Predictions(

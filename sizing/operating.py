@@ -47,6 +47,7 @@ These are means; simulate.py gives the percentiles, lumpy chunks and preemption.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -242,6 +243,106 @@ def closed_loop(
     return replace(op, batch_max=b_max)
 
 
+#: Bisection steps on log N for the open-loop operating point: N in [1, B_max] to within
+#: 2^-14 of its log range (under 0.1 % of N for B_max up to 4,096).
+OPEN_LOOP_STEPS = 14
+
+
+def open_loop(
+    c: CandidateArrays,
+    fit: MemoryFit,
+    isl: np.ndarray,
+    osl: np.ndarray,
+    rate_rps: np.ndarray | float,
+    run_requests: np.ndarray | float = np.nan,
+) -> OperatingPoint:
+    """Operating point under open-loop Poisson arrivals at ``rate_rps`` requests/s per
+    instance (a benchmark's ``--request-rate``, a service's traffic).
+
+    The requests in flight ``N`` solve ``N / W(N) = lambda`` (Little), ``W`` the mean
+    residence with ``N`` sequences whose prompts arrive one by one (``poisson``: no
+    lock-step group, half a step's wait for the step in progress, M/D/1's
+    ``rho / (2 (1 - rho)) n_ch`` steps behind other prompts); bisection on ``log N`` over
+    ``[1, B_max]`` (below one request in flight a request runs alone, as at ``N = 1``).
+
+    At or above the saturation rate ``X = X(B_max)`` the queue grows through the run: with
+    ``run_requests`` requests sent at ``lambda``, request ``k`` starts about ``k (1/X -
+    1/lambda)`` late, ``run_requests / 2 * (1/X - 1/lambda)`` on average, added to TTFT
+    (NaN ``run_requests``: the run's length is unknown and no backlog term is added).
+
+    Example: Llama 3.1 8B on one H100 at 2 req/s with 467/256-token requests holds
+    ``N = 2 x W`` ~ 2 x 2.3 s ~ 4.6 sequences; TTFT is the front end, half a step and
+    the prompt's own prefill step (``rho`` ~ 0.002: no queue).
+    """
+    n = len(c)
+    isl = np.broadcast_to(np.asarray(isl, dtype=np.float64), (n,))
+    osl = np.broadcast_to(np.maximum(np.asarray(osl, dtype=np.float64), 1.0), (n,))
+    rate = np.broadcast_to(np.asarray(rate_rps, dtype=np.float64), (n,))
+    b_max = batch_limit(c, fit, isl, osl)
+
+    def at(in_flight: np.ndarray) -> OperatingPoint:
+        return _operating_point(c, fit, isl, osl, in_flight, b_max, poisson=True)
+
+    lo = np.zeros(n)
+    hi = np.log(np.maximum(b_max, 1.0))
+    for _ in range(OPEN_LOOP_STEPS):
+        mid = 0.5 * (lo + hi)
+        below = at(np.exp(mid)).requests_per_s < rate
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+    op = at(np.exp(hi))
+    x_max = np.maximum(op.requests_per_s, 1e-12)
+    late = np.maximum(1.0 / x_max - 1.0 / np.maximum(rate, 1e-12), 0.0)
+    backlog = np.where(fit.fits, np.nan_to_num(0.5 * run_requests * late), 0.0)
+    return replace(
+        op,
+        batch_max=b_max,
+        ttft_s=op.ttft_s + backlog,
+        queue_s=op.queue_s + backlog,
+        residence_s=op.residence_s + backlog,
+    )
+
+
+def with_open_loop_rows(
+    c: CandidateArrays,
+    fit: MemoryFit,
+    isl: np.ndarray,
+    osl: np.ndarray,
+    op: OperatingPoint,
+    rate_rps: np.ndarray,
+    run_requests: np.ndarray | float = np.nan,
+) -> OperatingPoint:
+    """``op`` with the rows that have a finite ``rate_rps`` replaced by their ``open_loop``
+    operating point (mixed closed- and open-loop rows, as a calibration set has)."""
+    n = len(c)
+    rate = np.broadcast_to(np.asarray(rate_rps, dtype=np.float64), (n,))
+    rows = np.flatnonzero(np.isfinite(rate))
+    if not len(rows):
+        return op
+    requests = np.broadcast_to(np.asarray(run_requests, dtype=np.float64), (n,))
+    part = open_loop(
+        c.take(rows), _take_fit(fit, rows), np.broadcast_to(isl, (n,))[rows],
+        np.broadcast_to(osl, (n,))[rows], rate[rows], requests[rows],
+    )  # fmt: skip
+    return scatter_rows(op, rows, part, n)
+
+
+def scatter_rows(full, rows: np.ndarray, part, n: int):
+    """``full`` (an OperatingPoint, or any dataclass of per-row arrays, over ``n`` rows) with
+    rows ``rows`` replaced by ``part`` (the same over ``len(rows)`` rows)."""
+    if dataclasses.is_dataclass(full):
+        changes = {
+            f.name: scatter_rows(getattr(full, f.name), rows, getattr(part, f.name), n)
+            for f in dataclasses.fields(full)
+        }
+        return replace(full, **changes)
+    if full is None or (np.ndim(full) == 0 and np.ndim(part) == 0 and full == part):
+        return full
+    out = np.array(np.broadcast_to(full, (n,)), copy=True)
+    out[rows] = part
+    return out
+
+
 def _take_fit(fit: MemoryFit, rows: np.ndarray) -> MemoryFit:
     """The memory fit of ``rows`` only (the rows a scan works on)."""
     return MemoryFit(**{k: np.asarray(v)[rows] for k, v in vars(fit).items()})
@@ -381,12 +482,15 @@ def _operating_point(
     b_max: np.ndarray,
     waves: np.ndarray | bool = False,
     coherence: np.ndarray | float = 1.0,
+    poisson: np.ndarray | bool = False,
 ) -> OperatingPoint:
     """The mean-value model at ``conc`` clients; ``waves`` where closed-loop clients
     re-arrive in waves (a fixed concurrency), not where a backlog refills slots one by one
     (max throughput: offline benchmarks keep every slot busy from a queue); ``coherence``
     (0..1) the share of the lock-step prefill group those waves keep together
-    (``prefill_group_tokens``; 1 for equal lengths)."""
+    (``prefill_group_tokens``; 1 for equal lengths); ``poisson`` where requests arrive
+    independently (open loop, ``open_loop``): no group arrives together, a prompt waits out
+    half the step in progress and queues behind the others as M/D/1 does."""
     n = len(c)
     offered = np.maximum(np.broadcast_to(conc, (n,)), 1.0)
     batch = np.where(fit.fits, np.minimum(offered, b_max), 0.0)
@@ -419,7 +523,7 @@ def _operating_point(
     # stays together, the rest arrives as a stream (prefill_group_tokens). A backlog (max
     # throughput) fills the budget whatever the lengths, so it keeps the whole group.
     room = np.maximum(budget - dec, chunk)
-    together = np.where(waves, np.broadcast_to(coherence, (n,)), 1.0)
+    together = np.where(waves, np.broadcast_to(coherence, (n,)), np.where(poisson, 0.0, 1.0))
     group = prefill_group_tokens(b_rank * isl, chunk, pre, budget - dec, together)
     prefill = decode_step(c, dec, ctx, group, prompt)
     # Once prompts outnumber one chunk per step they arrive in such groups: a share
@@ -438,7 +542,9 @@ def _operating_point(
     rho = np.minimum(pre / np.maximum(budget - dec, 1.0), MAX_PREFILL_RHO)
     # The groups are nearly deterministic (D/D/1 would give no wait below saturation), so the
     # M/D/1 mean wait rho / (2 (1 - rho)) is damped by another rho: rho^2 / (2 (1 - rho)).
-    wait_steps = rho * rho / (2.0 * (1.0 - rho)) * n_ch
+    # Independent (Poisson) arrivals are not damped: M/D/1's rho / (2 (1 - rho)).
+    damping = np.where(poisson, 1.0, rho)
+    wait_steps = damping * rho / (2.0 * (1.0 - rho)) * n_ch
     # Waves: clients released together re-arrive together, so a wave of B prompts needs
     # ``B * isl / room`` full-budget steps and a request waits on average for half of the
     # wave ahead of it. ``prefill_wave_fraction`` (fitted, 0..1) is how coherent the waves

@@ -272,18 +272,38 @@ def test_shipped_row_counts(shipped):
 def test_plain_fit_exclusions_on_measured_csv(shipped):
     rows, _ = shipped["measured.csv"]
     kept, excluded = m.plain_fit_rows(rows)
-    assert len(kept) == 1201
+    assert len(kept) == 1189
     assert Counter(reason for _, reason in excluded) == {
         m.EXCLUDE_SPECULATIVE: 4,  # DeepSeek-R1 min-latency MTP runs (B200, H200)
         m.EXCLUDE_OTHER_STATISTIC: 3,  # totals published next to per-GPU values
         m.EXCLUDE_TYPO: 1,  # H200 llama_70b 2048/128 BS 32
+        m.EXCLUDE_SATURATED: 12,  # 70B TP4 at 32 req/s, 467-token prompts, H100 and H200
     }
     assert Counter(row.metric for row in kept) == {
-        "output_tok_s_per_gpu": 1028,
-        "ttft_ms": 89,
-        "tpot_ms": 81,
+        "output_tok_s_per_gpu": 1024,
+        "ttft_ms": 85,
+        "tpot_ms": 77,
         "tok_s_per_user": 3,
     }
+
+
+def test_an_open_loop_run_above_saturation_is_left_out_at_that_rate_only(shipped):
+    # given the TensorRT-LLM 0.14 serving table: 70B TP4 on H100, 467/256 tokens, 2-32 req/s
+    rows, _ = shipped["measured.csv"]
+    kept, excluded = m.plain_fit_rows(rows)
+    run = [
+        row for row in rows
+        if row.model == "Llama-3.1-70B" and row.gpu == "H100" and row.request_rate
+        and (row.isl, row.osl) == (467, 256) and row.metric == "ttft_ms"
+    ]  # fmt: skip
+    ttft = {row.request_rate: row.value for row in run}
+    assert ttft == {2.0: 62, 4.0: 68, 8.0: 92, 16.0: 175, 32.0: 1229}
+    # then only 32 req/s (1,229 ms, 19.8x the 62 ms at 2 req/s) is left out, with all its
+    # metrics; 16 req/s (2.8x) is kept
+    saturated = {row.row_id for row, reason in excluded if reason == m.EXCLUDE_SATURATED}
+    assert {"m0890", "m0891", "m0892"} <= saturated
+    kept_rates = {row.request_rate for row in kept if row in run}
+    assert kept_rates == {2.0, 4.0, 8.0, 16.0}
 
 
 def test_plain_fit_exclusions_on_measured_concurrency_csv(shipped):
