@@ -334,12 +334,8 @@ def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
     settings = _settings(row, model)
     prefix_tokens, prefix_hit_rate = _prefix(row)
     expert_text = (row.get("expert_precision") or "").strip()
-    # blank: the published checkpoint's experts (gpt-oss: mxfp4), as scenarios and fits read it
-    expert = (
-        _precision(expert_text, "expert_precision")
-        if expert_text
-        else model.checkpoint_expert_precision
-    )
+    # blank: the sizing core reads the experts as published (gpt-oss: mxfp4)
+    expert = _precision(expert_text, "expert_precision") if expert_text else ""
     embedding_text = (row.get("embedding_precision") or "").strip()
     embedding = _precision(embedding_text, "embedding_precision") if embedding_text else ""
     images, per_image = _images(row, model)

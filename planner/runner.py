@@ -81,7 +81,7 @@ def row_values(row: PlanRow, inputs: dict, candidate_index: int) -> dict:
         "gpu_name": gpu_name,
         "precision": row.weight_precision,
         "kv_precision": row.kv_precision,
-        "expert_precision": candidate.get("expert_precision") or "",
+        "expert_precision": row.expert_precision,  # the core's: a blank one as published
         "tp": row.tp,
         "pp": row.pp,
         "ep": row.ep,

@@ -475,6 +475,8 @@ def expand_candidates(scenario: Scenario, models, gpus) -> list[dict]:
     published with only its experts quantized (gpt-oss: MXFP4, from its config.json) keeps
     them at that precision unless ``serving.precision`` names theirs: engines serve that
     checkpoint, so the sweep then varies the attention and dense weights (bf16: as published).
+    The sizing core reads a row naming no experts' precision so
+    (``sizing.candidates.expert_precision_of``); the row leaves it blank.
     """
     shared = component_precisions(scenario.serving)
     owner = scenario.owner if scenario.owner_id else None  # a plan file has no owner
@@ -485,12 +487,12 @@ def expand_candidates(scenario: Scenario, models, gpus) -> list[dict]:
         precisions = [components["attention"]] if "attention" in components else (
             scenario.precisions
         )  # fmt: skip
-        published = checkpoint_from_hf_config(model.config_json or {})
         mixed = {
-            "expert_precision": components.get("experts")
-            or published.get("checkpoint_expert_precision", ""),
+            "expert_precision": components.get("experts", ""),
             "embedding_precision": components.get("embeddings", ""),
         }
+        # published with its experts at their own precision: mixed too, for the pools' gate
+        published = checkpoint_from_hf_config(model.config_json or {})
         for gpu in gpus:
             for precision in precisions:
                 for tp in _tp_choices(scenario, model, gpu):
@@ -510,7 +512,7 @@ def expand_candidates(scenario: Scenario, models, gpus) -> list[dict]:
                                 }
                                 | {k: v for k, v in mixed.items() if v}
                             )
-                if _disaggregates(scenario, mixed):
+                if _disaggregates(scenario, mixed | published):
                     rows.append(_disagg_candidate(scenario, model, gpu, precision, components))
     return rows
 
@@ -518,8 +520,9 @@ def expand_candidates(scenario: Scenario, models, gpus) -> list[dict]:
 def _disaggregates(scenario: Scenario, mixed: dict) -> bool:
     """Whether the plan adds a disaggregated candidate: ``serving.disaggregation`` (default
     true), and nothing the pools do not model yet (image input, LoRA adapters, a mixed
-    checkpoint's own expert or embedding precision, PP or EP options: sizing.disagg_plan
-    leaves them out). The scenario's TP options bound the pools' TP."""
+    checkpoint's own expert or embedding precision, the scenario's or the published
+    checkpoint's, PP or EP options: sizing.disagg_plan leaves them out). The scenario's TP
+    options bound the pools' TP."""
     serving = scenario.serving or {}
     return (
         disaggregation_on(serving)

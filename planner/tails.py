@@ -26,6 +26,7 @@ import numpy as np
 from planner import runner
 from planner import snapshot as snap
 from sizing import headroom, vision
+from sizing.candidates import expert_precision_of
 from sizing.chain import Capacity, analytic_choices, candidate_arrays, percentile_key, plan
 from sizing.derivation import q, step
 from sizing.simulate import LengthDist, lengths_from_mean_p95, meets_slo
@@ -49,12 +50,15 @@ def cache_key(inputs: dict, candidate_index: int) -> str:
     """SHA-256 of everything a simulation depends on: the candidate's model, GPU, precision,
     parallelism, engine and calibration, and the traffic, SLO and policy (not prices)."""
     [core] = snap.candidates(inputs, [candidate_index])
+    # the experts as sized (a blank one is the published checkpoint's), so a snapshot naming
+    # gpt-oss's mxfp4 and one leaving it blank share their searches
+    expert = expert_precision_of(core.model, core.expert_precision)
     payload = {
         "version": SIMULATION_VERSION,
         "model": dataclasses.asdict(core.model),
         "gpu": {**dataclasses.asdict(core.gpu), "usd_per_gpu_hour": None, "name": None},
         "precision": [core.weight_precision, core.kv_precision]
-        + [p for p in (core.expert_precision, core.embedding_precision) if p],
+        + [p for p in (expert, core.embedding_precision) if p],
         "parallelism": dataclasses.asdict(core.parallelism),
         "engine": dataclasses.asdict(core.engine),
         "calibration": dataclasses.asdict(core.calibration),

@@ -169,6 +169,27 @@ def precision_codes(values: Any, n: int) -> np.ndarray:
     return out
 
 
+def expert_precision_of(model: ModelSpec, given: str | None = None) -> str:
+    """The routed experts' precision when it is not the weights': ``given``; blank (None/''),
+    the published checkpoint's where only its experts are quantized
+    (``ModelSpec.checkpoint_expert_precision``, gpt-oss: mxfp4); '' when they are at the
+    weight precision. The one rule a blank row follows (``CandidateArrays.from_tables``); a
+    caller wanting a checkpoint-quantized model's experts at the weight precision names it."""
+    return given or model.checkpoint_expert_precision
+
+
+def _expert_codes(
+    models: Sequence[ModelSpec], model_index: np.ndarray, w_code: np.ndarray, e_code: Any
+) -> np.ndarray:
+    """Per row, the routed experts' precision code: the given one; where it is -1 (blank),
+    ``expert_precision_of(model)`` (the published checkpoint's), else the weights' own."""
+    n = len(w_code)
+    given = np.broadcast_to(np.asarray(e_code, dtype=np.int64), (n,))
+    published = precision_codes([expert_precision_of(m) for m in models], len(models))
+    e = np.where(given < 0, published[model_index], given)
+    return np.where(e < 0, w_code, e)
+
+
 def _length(*values: Any) -> int:
     n = 1
     for v in values:
@@ -260,7 +281,8 @@ class CandidateArrays:
     # precision
     weight_bytes_per_param: np.ndarray
     #: routed experts' bytes per param: their own precision when the checkpoint mixes them
-    #: (gpt-oss MXFP4 experts with bf16 attention, Kimi K2 int4 experts), else the weights'
+    #: (gpt-oss MXFP4 experts with bf16 attention, Kimi K2 int4 experts; a blank row reads the
+    #: published checkpoint's, ``expert_precision_of``), else the weights'
     expert_bytes_per_param: np.ndarray
     expert_precision_code: np.ndarray
     #: input embedding and LM head bytes per param: their own precision when given, else
@@ -356,7 +378,9 @@ class CandidateArrays:
         """Rows from specs; each argument is one value (broadcast) or a sequence of n values.
 
         ``kv_precision`` None/''/'auto' picks ``precision.default_kv_precision``;
-        ``expert_precision`` None/'' keeps the routed experts at ``weight_precision``;
+        ``expert_precision`` None/'' reads the routed experts as published: the checkpoint's
+        own precision where only they are quantized (``expert_precision_of``; gpt-oss: mxfp4),
+        else ``weight_precision`` (name it to have a checkpoint's experts at the weights');
         ``embedding_precision`` None/'' keeps the embedding and LM head at ``max(b_w, 2)``.
         ``usd_per_gpu_hour`` overrides ``GpuSpec.usd_per_gpu_hour`` when given.
         """
@@ -427,8 +451,9 @@ class CandidateArrays:
     ) -> CandidateArrays:
         """Fast path: unique spec tables plus integer index arrays (what the bench and
         ``predict_rows`` use). ``kv_precision_code`` -1 means the default for the weights;
-        ``expert_precision_code`` -1 the weights' own precision; ``embedding_precision_code``
-        -1 ``max(b_w, 2)``."""
+        ``expert_precision_code`` -1 the experts as published (``expert_precision_of``: the
+        checkpoint's own precision where only they are quantized, else the weights');
+        ``embedding_precision_code`` -1 ``max(b_w, 2)``."""
         model_index = np.asarray(model_index, dtype=np.int64)
         gpu_index = np.asarray(gpu_index, dtype=np.int64)
         n = max(len(model_index), len(gpu_index), np.size(weight_precision_code))
@@ -458,8 +483,7 @@ class CandidateArrays:
         kv_bytes = np.array([kv_bytes_per_element(p) for p in PRECISIONS])
         peaks = np.array([[peak_flops(g, p) for p in PRECISIONS] for g in gpus])
         cols["weight_bytes_per_param"] = w_bytes[w_code]
-        e_code = np.broadcast_to(np.asarray(expert_precision_code, dtype=np.int64), (n,))
-        e_code = np.where(e_code < 0, w_code, e_code)
+        e_code = _expert_codes(models, model_index, w_code, expert_precision_code)
         cols["expert_precision_code"] = e_code
         cols["expert_bytes_per_param"] = w_bytes[e_code]
         emb_code = np.broadcast_to(np.asarray(embedding_precision_code, dtype=np.int64), (n,))

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from sizing import headroom, routing, vision
-from sizing.candidates import CandidateArrays
+from sizing.candidates import CandidateArrays, expert_precision_of
 from sizing.chunking import chunk_frontier
 from sizing.derivation import Step, q, staged, step
 from sizing.engine_settings import binding_settings
@@ -178,8 +178,9 @@ def predict_rows(
     engine, calibration : one object or a sequence of n (defaults: vLLM-like, physics)
     prefix_tokens, prefix_hit_rate : a shared prompt prefix and the share of requests that
         find it cached (0: none); prefill skips it, its KV is pinned once per instance
-    expert_precision : the routed experts' precision per row (None/'': weight_precision), for
-        checkpoints with 4-bit experts and 8/16-bit attention
+    expert_precision : the routed experts' precision per row, for checkpoints with 4-bit
+        experts and 8/16-bit attention (None/'': as published, ``expert_precision_of``: the
+        checkpoint's own where only its experts are quantized, else weight_precision)
     embedding_precision : the embedding and LM head's precision per row (None/'':
         ``max(b_w, 2)``)
     images_per_request, tokens_per_image : vision-language input (``sizing.vision``): the
@@ -790,7 +791,8 @@ class Candidate:
     engine: EngineSettings = EngineSettings()
     calibration: Calibration = Calibration()
     label: str = ""
-    #: the routed experts' precision when the checkpoint mixes them (None: weight_precision)
+    #: the routed experts' precision when the checkpoint mixes them (None: as published,
+    #: ``candidates.expert_precision_of``: the checkpoint's own, else weight_precision)
     expert_precision: str | None = None
     #: the embedding and LM head's precision (None: max(b_w, 2), i.e. bf16 when quantized)
     embedding_precision: str | None = None
@@ -855,6 +857,9 @@ class PlanRow:
     prefix_hit_rate: float = 0.0
     #: "agg" (one engine runs both phases) or "disagg" (sizing.disagg_plan: separate pools)
     mode: str = "agg"
+    #: the routed experts' own precision: the candidate's, else the published checkpoint's
+    #: (``candidates.expert_precision_of``); '' when they are at ``weight_precision``
+    expert_precision: str = ""
     #: disaggregated rows: per pool ("prefill", "decode") tp, pp, ep, dp, workers, gpus
     pools: dict = field(default_factory=dict)
     #: disaggregated rows: the KV transfer one request's first token waits for (ms)
@@ -1114,6 +1119,7 @@ def _plan_rows(
                 engine_binding=bindings[i],
                 chunk_frontier=frontier_rows(frontier, i) if ok else (),
                 prefix_hit_rate=float(c.prefix_hit_rate[i]),
+                expert_precision=expert_precision_of(cands[i].model, cands[i].expert_precision),
             )
         )
     return rows

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sizing.candidates import CandidateArrays
+from sizing.candidates import CandidateArrays, expert_precision_of
 from sizing.chain import (
     STAGE_BAND,
     STAGE_BREAKEVEN,
@@ -550,6 +550,7 @@ def _row(
         mode=MODE,
         pools=pools,
         kv_transfer_ms=float(sized.kv_transfer_ms[k]),
+        expert_precision=expert_precision_of(c.model),  # the pools' (they take no other)
     )
 
 
@@ -820,6 +821,7 @@ def _unfit(c: Candidate, reason: str, d=(), sized=None, k=0) -> PlanRow:
         profile=c.calibration.name or "physics defaults",
         mode=MODE,
         kv_transfer_ms=float(sized.kv_transfer_ms[k]) if sized is not None else nan,
+        expert_precision=expert_precision_of(c.model),
     )
 
 

@@ -198,7 +198,7 @@ def test_serving_precision_reaches_every_candidate_of_the_snapshot(catalog, api)
     c = candidate_arrays(cores[:1])
     assert fit_memory(c, 2000).fits[0]
     assert not fit_memory(candidate_arrays([dataclasses.replace(cores[0],
-                                            expert_precision=None)]), 2000).fits[0]  # fmt: skip
+                                            expert_precision="bf16")]), 2000).fits[0]  # fmt: skip
 
 
 def test_gpt_oss_keeps_its_published_mxfp4_experts_unless_the_scenario_names_them(catalog, api):
@@ -210,16 +210,23 @@ def test_gpt_oss_keeps_its_published_mxfp4_experts_unless_the_scenario_names_the
     response = api.post("/api/v1/scenarios/", data, format="json")
     assert response.status_code == 201, response.json()
     cores = snap.candidates(build_inputs_snapshot(Scenario.objects.get(), None))
-    # then the sweep varies the attention and dense weights; the experts stay MXFP4
-    assert {(k.model.name, k.weight_precision, k.expert_precision) for k in cores} == {
-        ("gpt-oss-120b", "bf16", "mxfp4"),
-        ("gpt-oss-120b", "fp8", "mxfp4"),
-        ("Llama 3.1 8B", "bf16", None),
-        ("Llama 3.1 8B", "fp8", None),
-    }
-    # and at bf16 it is the published 65.3 GB checkpoint, which fits one 80 GB H100
+    # then the sweep varies the attention and dense weights; the core keeps the experts MXFP4
     from sizing.chain import candidate_arrays
     from sizing.memory import weights_bytes_total
+
+    c = candidate_arrays(cores)
+    assert {
+        (k.model.name, k.weight_precision, c.expert_precision(i)) for i, k in enumerate(cores)
+    } == {
+        ("gpt-oss-120b", "bf16", "mxfp4"),
+        ("gpt-oss-120b", "fp8", "mxfp4"),
+        ("Llama 3.1 8B", "bf16", "bf16"),
+        ("Llama 3.1 8B", "fp8", "fp8"),
+    }
+    # and the disaggregated pools, which size no mixed checkpoint yet, are offered Llama only
+    split = {k.model.name for k in cores if k.label.endswith("|disagg")}
+    assert split == {"Llama 3.1 8B"}
+    # and at bf16 it is the published 65.3 GB checkpoint, which fits one 80 GB H100
 
     [published] = [k for k in cores if k.model.name == "gpt-oss-120b"
                    and k.weight_precision == "bf16" and k.parallelism.tp == 1]  # fmt: skip

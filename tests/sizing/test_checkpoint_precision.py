@@ -11,12 +11,17 @@ import pytest
 from specs_catalog import B200, GPT_OSS_120B, H100, H200, LLAMA_70B
 
 from sizing import calibrate as cal
+from sizing.candidates import CandidateArrays, expert_precision_of
+from sizing.chain import Candidate, plan
+from sizing.memory import weights_bytes_total
 from sizing.precision import (
+    PRECISIONS,
     checkpoint_from_hf_config,
     compute_precision,
     peak_flops,
     weight_bytes_per_param,
 )
+from sizing.specs import Policy, Slo, Traffic
 
 CONFIGS = Path(__file__).resolve().parents[2] / "fleets" / "catalog" / "model_configs"
 GPT_OSS = replace(GPT_OSS_120B, checkpoint_expert_precision="mxfp4")
@@ -44,6 +49,44 @@ def test_checkpoint_precision_from_config_json():
     assert checkpoint_from_hf_config({"quantization_config": "mxfp4"}) == {}
     # experts-only needs the attention left out of the quantisation
     assert checkpoint_from_hf_config({"quantization_config": {"quant_method": "mxfp4"}}) == {}
+
+
+def test_the_core_reads_a_blank_experts_precision_as_the_published_checkpoint():
+    # given gpt-oss-120b (checkpoint: MXFP4 experts) at bf16 on an H100, its experts' precision
+    # blank (None, '', the -1 code), named mxfp4, and named bf16
+    blank = CandidateArrays.build(GPT_OSS, H100, "bf16")
+    empty = CandidateArrays.build(GPT_OSS, H100, "bf16", expert_precision=[""])
+    code = CandidateArrays.from_tables([GPT_OSS], [H100], [0], [0], PRECISIONS.index("bf16"), -1)
+    mxfp4 = CandidateArrays.build(GPT_OSS, H100, "bf16", expert_precision="mxfp4")
+    bf16 = CandidateArrays.build(GPT_OSS, H100, "bf16", expert_precision="bf16")
+    # then blank is mxfp4: 0.53125 B per expert param, the same weight bytes as naming it,
+    # (116.83e9 - 114.6617856e9) * 2 + 114.6617856e9 * 0.53125 = 65,250,502,400 B
+    for c in (blank, empty, code, mxfp4):
+        assert (c.expert_precision(0), c.expert_bytes_per_param[0]) == ("mxfp4", 0.53125)
+        assert weights_bytes_total(c)[0] == 65_250_502_400.0
+    # and a caller that names bf16 gets bf16 experts: 116.83e9 * 2 = 233,660,000,000 B
+    assert (bf16.expert_precision(0), bf16.expert_bytes_per_param[0]) == ("bf16", 2.0)
+    assert weights_bytes_total(bf16)[0] == 233_660_000_000.0
+    # and a model stored at one precision keeps its experts at the weights' (rows of both)
+    both = CandidateArrays.build([GPT_OSS, LLAMA_70B], H100, "fp8")
+    assert [both.expert_precision(i) for i in range(2)] == ["mxfp4", "fp8"]
+    assert both.expert_bytes_per_param.tolist() == [0.53125, 1.0]
+    assert not both.mixed_precision(1)
+    # and the rule is one function: the given precision, else the published one, else ''
+    assert (expert_precision_of(GPT_OSS), expert_precision_of(GPT_OSS, "bf16")) == ("mxfp4", "bf16")
+    assert expert_precision_of(LLAMA_70B) == ""
+
+
+def test_a_plan_row_records_the_experts_precision_it_was_sized_at():
+    # given gpt-oss-120b at bf16 with its experts blank and named bf16, and Llama 70B at fp8
+    rows = plan(Traffic(5.0, 2.5, 1000, 200), Slo(2000, 50), Policy(), [
+        Candidate(GPT_OSS, H100, "bf16", label="blank"),
+        Candidate(GPT_OSS, H100, "bf16", expert_precision="bf16", label="bf16"),
+        Candidate(LLAMA_70B, H100, "fp8", label="dense"),
+    ]).rows  # fmt: skip
+    # then each row says its experts' own precision: the checkpoint's, the named one, none
+    by_label = {r.label: (r.expert_precision, r.fits) for r in rows}
+    assert by_label == {"blank": ("mxfp4", True), "bf16": ("bf16", False), "dense": ("", False)}
 
 
 def _row(model, gpu, **changes):
