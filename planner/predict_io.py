@@ -84,6 +84,10 @@ PRECISION_COLUMNS = ("expert_precision", "embedding_precision")
 #: vision-language prompts (sizing.vision): images per request, and tokens per image (blank:
 #: from the model's vision config, one 448-px tile)
 VISION_COLUMNS = ("images_per_request", "tokens_per_image")
+#: open-loop load: Poisson arrivals at ``request_rate`` requests/s per instance (``vllm bench
+#: serve --request-rate``), given instead of ``concurrency`` (``sizing.operating.open_loop``)
+LOAD_COLUMNS = ("request_rate",)
+MAX_REQUEST_RATE = 1_000_000.0
 #: Disaggregated prefill/decode rows (``mode`` = ``disagg``): each pool's workers and layout
 #: (each worker uses tp x pp x dp GPUs); ``num_gpus, tp, pp, ep`` may then be blank. Optional:
 #: ``kv_link`` (auto | nvlink | rdma) and ``kv_layerwise_overlap`` (true/false).
@@ -98,7 +102,7 @@ DISAGG_OUTPUT = ("kv_transfer_ms", "prefill_gpus", "decode_gpus")
 MODES = ("agg", "disagg")
 OPTIONAL = (
     ENGINE_COLUMNS + PREFIX_COLUMNS + SPEC_COLUMNS + LORA_COLUMNS + PRECISION_COLUMNS
-    + VISION_COLUMNS + DISAGG_COLUMNS
+    + VISION_COLUMNS + DISAGG_COLUMNS + LOAD_COLUMNS
 )  # fmt: skip
 
 
@@ -130,6 +134,8 @@ class ParsedRow:
     tokens_per_image: float = 0.0  # 0: from the model's vision config
     #: a disaggregated deployment (``mode`` = ``disagg``), else None
     disagg: DisaggLayout | None = None
+    #: open-loop Poisson arrivals (req/s per instance); NaN: closed loop at ``concurrency``
+    request_rate: float = math.nan
 
     def engine_settings(self) -> EngineSettings:
         return _engine_settings(self.engine, self.settings)
@@ -321,6 +327,24 @@ def _images(row: dict, model: ModelSpec) -> tuple[float, float]:
     return images, per_image
 
 
+def _request_rate(row: dict, concurrency: float) -> float:
+    """The open-loop rate (req/s, NaN when blank); refused beside a concurrency."""
+    text = (row.get("request_rate") or "").strip()
+    if not text:
+        return math.nan
+    if math.isfinite(concurrency):
+        raise RowError(
+            "request_rate and concurrency are two loads (open loop, closed loop): give one"
+        )
+    try:
+        rate = float(text)
+    except ValueError as exc:
+        raise RowError(f"request_rate is not a number: {text!r}") from exc
+    if not (math.isfinite(rate) and 0 < rate <= MAX_REQUEST_RATE):
+        raise RowError(f"request_rate must be above 0 and at most {MAX_REQUEST_RATE:,.0f} req/s")
+    return rate
+
+
 def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
     disagg = _disagg(row) if _mode(row) == "disagg" else None
     model = resolver.get("model", row.get("model") or "")
@@ -339,8 +363,13 @@ def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
     embedding_text = (row.get("embedding_precision") or "").strip()
     embedding = _precision(embedding_text, "embedding_precision") if embedding_text else ""
     images, per_image = _images(row, model)
-    if disagg is not None and (embedding or images):  # the pools do not model them yet
-        field = "embedding_precision" if embedding else "images_per_request"
+    request_rate = _request_rate(row, concurrency)
+    if disagg is not None and (embedding or images or math.isfinite(request_rate)):
+        # the pools do not model them yet
+        field = (
+            "embedding_precision" if embedding
+            else "images_per_request" if images else "request_rate"
+        )  # fmt: skip
         raise RowError(f"{field} is not modelled for mode=disagg rows yet; leave it blank")
     if disagg is not None:  # num_gpus, tp, pp, ep may be blank: the pools say it
         d = disagg.decode
@@ -366,6 +395,7 @@ def parse_row(row: dict, resolver: Resolver) -> ParsedRow:
         images,
         per_image,
         disagg,
+        request_rate,
     )
 
 
@@ -512,6 +542,7 @@ def _predict_agg(parsed: list, good: list[int], calibration_for) -> dict[int, di
         embedding_precision=[r.embedding_precision or None for r in rows],
         images_per_request=np.array([r.images_per_request for r in rows]),
         tokens_per_image=np.array([r.tokens_per_image for r in rows]),
+        request_rate=np.array([r.request_rate for r in rows]),
     )
     columns = {c: getattr(prediction, c).tolist() for c in OUTPUT if c != "profile"}
     columns["profile"] = [label for _, label in profiles]
@@ -567,11 +598,11 @@ def simulate_disagg_row(row: ParsedRow, predicted: dict, calibration_for) -> dic
 def simulate_row(row: ParsedRow, predicted: dict, calibration_for) -> dict:
     """Closed-loop simulation of one fitting row at its concurrency (blank: max_concurrency
     capped by max_num_seqs): fixed lengths, ``max(10 C, 300)`` requests of which the first
-    ``2 C`` are warm-up. Returns the overridden output columns (medians, as predict's)."""
+    ``2 C`` are warm-up; an open-loop row (``request_rate``) sends ``OPEN_LOOP_REQUESTS``
+    Poisson arrivals at its rate. Returns the overridden output columns (medians)."""
     from sizing.candidates import CandidateArrays
     from sizing.chain import default_dp
     from sizing.simulate import LengthDist, Workload
-    from sizing.simulate import simulate as run
 
     engine = row.engine_settings()
     dp = int(default_dp(row.num_gpus, row.tp, row.pp))
@@ -586,14 +617,29 @@ def simulate_row(row: ParsedRow, predicted: dict, calibration_for) -> dict:
                                                                      DEFAULT_TILE_PX)  # fmt: skip
         isl = row.isl + row.images_per_request * per_image
         c = with_images(c, row.images_per_request * per_image, isl)
+    prefix = {"shared_prefix_tokens": row.prefix_tokens, "prefix_hit_rate": row.prefix_hit_rate}
+    if math.isfinite(row.request_rate):  # open loop: Poisson arrivals at the row's rate
+        w = Workload(LengthDist(isl), LengthDist(row.osl), requests=OPEN_LOOP_REQUESTS,
+                     rate_rps=row.request_rate, warmup_requests=OPEN_LOOP_REQUESTS // 10,
+                     **prefix)  # fmt: skip
+        return _simulated_columns(c, w, row)
     conc = row.concurrency
     if not math.isfinite(conc):
         conc = min(predicted["max_concurrency"], engine.max_num_seqs * dp)
     conc = int(max(conc, 1))
     w = Workload(LengthDist(isl), LengthDist(row.osl), requests=max(10 * conc, 300),
-                 concurrency=conc, warmup_requests=2 * conc,
-                 shared_prefix_tokens=row.prefix_tokens,
-                 prefix_hit_rate=row.prefix_hit_rate)  # fmt: skip
+                 concurrency=conc, warmup_requests=2 * conc, **prefix)  # fmt: skip
+    return _simulated_columns(c, w, row)
+
+
+#: requests an open-loop row's simulation sends (the first tenth are warm-up)
+OPEN_LOOP_REQUESTS = 1000
+
+
+def _simulated_columns(c, w, row: ParsedRow) -> dict:
+    """Throughput and the TTFT/TPOT medians of one simulated row (or why it failed)."""
+    from sizing.simulate import simulate as run
+
     try:
         result = run(c, w)
     except ValueError as exc:

@@ -51,7 +51,8 @@ class Command(BaseCommand):
     help = (
         "Predict fit, throughput (output tok/s) and median TTFT/TPOT for each row of a CSV "
         "(model, gpu, num_gpus, tp, pp, ep, weight_precision, kv_precision, isl, osl, "
-        "concurrency[, engine[, engine_version]]). Bad rows get fits=false and a reason; "
+        "concurrency[, engine[, engine_version]]; or request_rate, req/s of Poisson arrivals, "
+        "with concurrency blank). Bad rows get fits=false and a reason; "
         "the profile column names the calibration profile each row used."
     )
 
