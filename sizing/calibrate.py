@@ -62,6 +62,7 @@ from sizing.jointfit import (
     FITTED_CONSTANTS,
     PRIOR,
     SILICON_CONSTANTS,
+    VENDOR_OF_GENERATION,
     JointFit,
     engine_nodes,
     fit_joint,
@@ -668,7 +669,10 @@ def select_profile(
     1. the owner's own profiles (``owned``) for this GPU x engine (x precision x release);
     2. this GPU x engine (x precision x release), then this generation x engine (x ...):
        a GPU with no profile of its own borrows its generation's silicon, not another
-       engine's profile (H200 x vLLM uses hopper x vLLM before H200 x TensorRT-LLM);
+       engine's profile (H200 x vLLM uses hopper x vLLM before H200 x TensorRT-LLM). The
+       shipped fit composes a generation x engine profile for every generation and engine
+       family it knows, measured together or not (``_composed_keys``), so this step answers
+       for them: an unmeasured generation reads its vendor's silicon;
     3. this GPU, another engine (the one with the lowest error), then this generation,
        another engine, then the generation alone;
     4. the physics defaults.
@@ -756,6 +760,29 @@ def _profile_keys(points: Sequence[FitPoint], places_of: Callable[[FitPoint], tu
     return sorted(keys, key=lambda k: (k.gpu, k.engine, k.precision, k.version))
 
 
+def _composed_keys(points: Sequence[FitPoint], fitted: set[ProfileKey]) -> list[ProfileKey]:
+    """Keys no point measured, composed from the joint fit so a deployment borrows strength
+    along the hierarchy instead of another engine's profile: every generation (those without
+    points read their vendor's silicon, then the prior) x every engine family and release
+    seen anywhere, x each precision measured on the generation. H200 x SGLang with no SGLang
+    run on Hopper is Hopper's silicon with SGLang's engine constants, not Hopper x vLLM; an
+    L4 (Ada, unmeasured) is NVIDIA's silicon with the engine's constants, not the defaults."""
+    families = {p.engine for p in points}
+    releases = {(p.engine, p.engine_release) for p in points if p.engine_release}
+    precisions: dict[str, set[str]] = defaultdict(set)
+    for p in points:
+        precisions[p.generation].add(p.precision)
+    keys: set[ProfileKey] = set()
+    for generation in sorted(set(VENDOR_OF_GENERATION) | set(precisions) - {""}):
+        place = generation_key(generation)
+        keys.add(ProfileKey(place))
+        for family in families:
+            keys.add(ProfileKey(place, family))
+            keys |= {ProfileKey(place, family, prec) for prec in precisions[generation]}
+            keys |= {ProfileKey(place, e, ANY, r) for e, r in releases if e == family}
+    return sorted(keys - fitted, key=lambda k: (k.gpu, k.engine, k.precision, k.version))
+
+
 def _key_calibration(joint: JointFit, key: ProfileKey, generation: str, newest: dict) -> tuple:
     """(Calibration, nodes' bound hits) a profile key stands for, composed from the joint fit:
     precision ANY reads the generation's silicon node, release ANY the newest release (or
@@ -828,7 +855,12 @@ def fit_profiles(
         return {"gpu": gpu, "both": gpu + generation}.get(level, generation)
 
     generation_of_place = {place: p.generation for p in placeable for place in places_of(p)}
-    for key in _profile_keys(placeable, places_of):
+    keys = _profile_keys(placeable, places_of)
+    if level == "generation":
+        composed = _composed_keys(placeable, set(keys))
+        generation_of_place |= {k.gpu: k.gpu.removeprefix("gen:") for k in composed}
+        keys += composed
+    for key in keys:
         served = [i for i, p in enumerate(placeable) if _serves(key, p)]
         calibration, hits = _key_calibration(joint, key, generation_of_place[key.gpu], newest)
         sub = _Columns(

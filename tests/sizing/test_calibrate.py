@@ -8,6 +8,7 @@ import pytest
 from specs_catalog import H100, H200, LLAMA_8B, LLAMA_70B
 
 from sizing import calibrate as cal
+from sizing.jointfit import ENGINE_CONSTANTS, SILICON_CONSTANTS
 from sizing.specs import Calibration
 
 TRUE = Calibration(
@@ -216,3 +217,47 @@ def test_error_summary_has_per_metric_group_and_worst_rows():
     assert "TP1" in summary["worst"][0]["conditions"]
     assert {r["metric"] for r in summary["overall"]} <= set(cal.REPORT_METRICS)
     assert {"by_gpu", "by_model_family", "by_engine", "unplaced"} <= set(summary)
+
+
+def _fitted():
+    # given vLLM measured on Hopper and SGLang measured only on Blackwell (same physics)
+    hopper_vllm = measured_by(grid_points(engine="vllm"), TRUE)
+    blackwell_sglang = [
+        dataclasses.replace(p, engine="sglang", gpu_key="b200", generation="blackwell")
+        for p in measured_by(grid_points(engine="sglang"), TRUE)
+    ]
+    # when the shipped (generation-level) profiles are fitted
+    return cal.fit_profiles(hopper_vllm + blackwell_sglang)
+
+
+def _constants(calibration, names):
+    return {name: getattr(calibration, name) for name in names}
+
+
+def test_an_engine_unmeasured_on_a_generation_borrows_its_silicon_and_the_engines_constants():
+    profiles = _fitted()
+    # then H100 x SGLang reads Hopper's silicon and SGLang's engine constants, not
+    # Hopper x vLLM's profile ("other engine") and not Blackwell's silicon
+    composed, label = profiles.select("h100_sxm", "sglang", "fp8", "hopper")
+    hopper_vllm, _ = profiles.select("h100_sxm", "vllm", "fp8", "hopper")
+    blackwell_sglang, _ = profiles.select("b200", "sglang", "fp8", "blackwell")
+    assert label == "hopper / sglang (release not stated) / fp8"
+    assert _constants(composed, SILICON_CONSTANTS) == _constants(hopper_vllm, SILICON_CONSTANTS)
+    assert _constants(composed, ENGINE_CONSTANTS) == _constants(blackwell_sglang, ENGINE_CONSTANTS)
+    # and the profile says it has no points of its own
+    quality = profiles.profiles[cal.ProfileKey("gen:hopper", "sglang", "fp8")].quality
+    assert quality["n_points"] == 0 and quality["verdict"].startswith("no own points")
+
+
+def test_a_generation_with_no_points_reads_its_vendors_silicon_not_the_defaults():
+    profiles = _fitted()
+    # when an unmeasured NVIDIA generation (Ada: L4, L40S) is selected
+    ada, label = profiles.select("l4", "vllm", "fp8", "ada")
+    # then it is a profile of its own generation built from the NVIDIA node, not physics
+    assert label == "ada / vllm (release not stated)"
+    vendor = {k: profiles.joint.resolve("silicon:nvidia", k) for k in SILICON_CONSTANTS}
+    assert _constants(ada, SILICON_CONSTANTS) == vendor
+    assert label != cal.PHYSICS_LABEL
+    # an AMD generation with no AMD point at all falls through the vendor to the prior
+    amd, _ = profiles.select("mi300x", "vllm", "fp8", "cdna3")
+    assert _constants(amd, SILICON_CONSTANTS) == _constants(cal.PRIOR, SILICON_CONSTANTS)
