@@ -96,3 +96,55 @@ def test_predict_simulate_replaces_latencies_with_the_simulators(catalog, tmp_pa
     assert float(sim["ttft_ms"]) == pytest.approx(float(mva["ttft_ms"]), rel=0.30)
     assert float(sim["tpot_ms"]) == pytest.approx(float(mva["tpot_ms"]), rel=0.15)
     assert rows[True][1]["fits"] == "false"  # a misfit stays a misfit
+
+
+def test_simulate_picks_the_profile_predict_picks_for_the_same_row(catalog):
+    # given hopper x vLLM profiles for any precision, for fp8 and for release 0.18, each
+    # with its own per-step overhead
+    from fleets.calibration import save_profiles
+    from fleets.models import CalibrationProfile
+
+    CalibrationProfile.objects.all().delete()
+    base = dict(gpu_slug=None, generation="hopper", engine_family="vllm", free_constants=[],
+                relative_error=0.2, n_points=10)  # fmt: skip
+    save_profiles(
+        [
+            {**base, "name": "any", "precision": "", "constants": {"step_overhead_s": 0.002}},
+            {**base, "name": "fp8", "precision": "fp8", "constants": {"step_overhead_s": 0.02}},
+            {
+                **base,
+                "name": "0.18",
+                "precision": "",
+                "engine_version": "0.18",
+                "constants": {"step_overhead_s": 0.01},
+            },
+        ],  # fmt: skip
+        "shipped fit",
+    )
+    closed = ("--concurrency", "4")
+    # when simulating the same row at fp8 and at bf16, and naming the release
+    fp8 = run(*BASE, *closed)["tpot_ms"]["p50"]
+    bf16 = run(*BASE, *closed, "--precision", "bf16")["tpot_ms"]["p50"]
+    release = run(*BASE, *closed, "--precision", "bf16", "--engine-version", "v0.18.1")
+    # then each run used the most specific profile, as predict does: fp8's 20 ms step
+    # overhead, the family's 2 ms, release 0.18's 10 ms
+    assert fp8 > 20.0 > release["tpot_ms"]["p50"] > 10.0 > bf16 > 2.0
+
+
+def test_blank_expert_precision_is_the_checkpoints(catalog):
+    # given gpt-oss-120b, whose published experts are MXFP4 under bf16 attention weights
+    args = ["--model", "gpt-oss-120b", "--gpu", "h100_sxm", "--num-gpus", "1", "--tp", "1",
+            "--precision", "bf16", "--requests", "100", "--isl", "1000", "--osl", "100",
+            "--concurrency", "4"]  # fmt: skip
+    # when simulated with the experts blank and named mxfp4, then the two agree
+    assert run(*args) == run(*args, "--expert-precision", "mxfp4")
+    # and bf16 experts (234 GB) do not fit one H100: refused naming the memory
+    with pytest.raises(SystemExit) as exc, _capture_stderr() as err:
+        call_command("simulate", *args, "--expert-precision", "bf16", "--json")
+    assert exc.value.code == 2 and "does not fit" in err.getvalue()
+
+
+def test_an_engine_version_without_a_release_is_refused(catalog):
+    with pytest.raises(SystemExit) as exc, _capture_stderr() as err:
+        call_command("simulate", *BASE, "--rate", "1", "--engine-version", "latest", "--json")
+    assert exc.value.code == 2 and "--engine-version" in err.getvalue()

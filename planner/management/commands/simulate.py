@@ -1,12 +1,16 @@
 """`python manage.py simulate ...`: discrete-event TTFT/TPOT percentiles for one replica.
 
     manage.py simulate --model M --gpu G --num-gpus N --tp T [--pp P --ep E] --precision P
-        [--kv-precision K] [--engine E] (--rate R | --concurrency C) --requests K
+        [--kv-precision K] [--expert-precision X] [--engine E [--engine-version V]]
+        (--rate R | --concurrency C) --requests K
         --isl I --osl O [--isl-p95 A --osl-p95 B] [--arrival poisson|gamma --cv X]
         [--ttft-slo MS --tpot-slo MS] [--seed S] --json
 
 Prints one JSON object: ttft_ms / tpot_ms / e2e_ms {p50, p90, p95, p99}, throughput_tok_s,
 goodput, preemptions, requests, simulated_s. Bad arguments exit 2 with a one-line reason.
+The calibration profile is the one ``predict`` picks for the same row (GPU x engine x
+weight precision x release, through ``fleets.calibration``'s walk); a blank experts'
+precision is the checkpoint's, as everywhere.
 """
 
 import json
@@ -85,7 +89,17 @@ class Command(BaseCommand):
         parser.add_argument("--ep", type=pi, default=1)
         parser.add_argument("--precision", required=True)
         parser.add_argument("--kv-precision", default="")
+        parser.add_argument(
+            "--expert-precision",
+            default="",
+            help="routed experts' precision (blank: the checkpoint's)",
+        )
         parser.add_argument("--engine", default="vllm", choices=sorted(ENGINES))
+        parser.add_argument(
+            "--engine-version",
+            default="",
+            help="engine release, e.g. 0.21 (blank: the newest fitted)",
+        )
         load = parser.add_mutually_exclusive_group(required=True)
         load.add_argument("--rate", type=pf, help="open-loop requests/s per replica")
         load.add_argument("--concurrency", type=pi, help="closed-loop clients")
@@ -124,6 +138,7 @@ def run_simulation(o: dict) -> dict:
     try:
         weight = canonical_precision(o["precision"])
         kv = canonical_precision(o["kv_precision"]) if o["kv_precision"] else None
+        experts = canonical_precision(o["expert_precision"]) if o["expert_precision"] else None
         isl = lengths_from_mean_p95(float(o["isl"]), o["isl_p95"])
         osl = lengths_from_mean_p95(float(o["osl"]), o["osl_p95"])
         for dist in (isl, osl):  # reject an impossible p95 now, as a usage error
@@ -133,9 +148,11 @@ def run_simulation(o: dict) -> dict:
     if o["arrival"] == "gamma" and o["concurrency"]:
         raise UsageError("--arrival gamma needs --rate (open loop)")
     dp = int(default_dp(o["num_gpus"], o["tp"], o["pp"]))
-    calibration = calibration_for()(gpu, o["engine"])
+    release = _release(o["engine"], o["engine_version"])
+    calibration = calibration_for()(gpu, o["engine"], weight, release)
     c = CandidateArrays.build(model, gpu, weight, kv, o["tp"], o["pp"], o["ep"], dp,
-                              EngineSettings(engine=o["engine"]), calibration)  # fmt: skip
+                              EngineSettings(engine=o["engine"]), calibration,
+                              expert_precision=experts)  # fmt: skip
     fit = fit_memory(c, float(o["isl"] + o["osl"]), o["num_gpus"])
     if not fit.fits[0]:
         raise UsageError(f"does not fit: {fit.reason(c, 0)}")
@@ -154,3 +171,15 @@ def run_simulation(o: dict) -> dict:
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     return result.summary(o["ttft_slo"], o["tpot_slo"])
+
+
+def _release(engine: str, version: str) -> str:
+    """The release ``--engine-version`` names, read as ``predict`` reads its column."""
+    from sizing.calibrate import engine_release
+
+    if not version.strip():
+        return ""
+    release = engine_release(engine, f"{engine} {version.strip()}")
+    if not release:
+        raise UsageError(f"--engine-version: no release in {version!r} (e.g. 0.21)")
+    return release
