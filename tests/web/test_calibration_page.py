@@ -158,3 +158,15 @@ def test_calibration_upload_refusal_names_line_and_field(user_client, h100, tmp_
 
 def test_calibration_page_needs_sign_in(client, db):
     assert client.get("/calibration/").status_code == 302
+
+
+def test_a_profile_without_points_of_its_own_is_marked_borrowed(user_client, catalog):
+    # given the shipped profiles: some are composed for a generation x engine no run measured
+    borrowed = CalibrationProfile.objects.filter(owner=None, n_points=0)
+    measured = CalibrationProfile.objects.filter(owner=None, n_points__gt=0)
+    assert borrowed.exists() and measured.exists()
+    # when the page lists them, then each composed one says so and no measured one does
+    html = user_client.get("/calibration/").content.decode()
+    rows = re.findall(r"<tr><td>(.*?)</td>", html, flags=re.S)
+    marked = [row.split(" <span", 1)[0] for row in rows if ">borrowed</span>" in row]
+    assert sorted(marked) == sorted(p.name for p in borrowed)
