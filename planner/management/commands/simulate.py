@@ -174,12 +174,10 @@ def run_simulation(o: dict) -> dict:
 
 
 def _release(engine: str, version: str) -> str:
-    """The release ``--engine-version`` names, read as ``predict`` reads its column."""
-    from sizing.calibrate import engine_release
+    """The release ``--engine-version`` names, read by ``predict``'s own column parser."""
+    from planner.predict_io import _engine
 
-    if not version.strip():
-        return ""
-    release = engine_release(engine, f"{engine} {version.strip()}")
-    if not release:
+    _, release = _engine({"engine": engine, "engine_version": version})
+    if version.strip() and not release:
         raise UsageError(f"--engine-version: no release in {version!r} (e.g. 0.21)")
     return release
