@@ -30,7 +30,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
-from fleets.measurements import CATALOG_DIR, Measurement, plain_fit_rows
+from fleets.measurements import CATALOG_DIR, Measurement, plain_fit_rows, with_launch_recipes
 from fleets.models import CalibrationProfile, GpuSku
 
 PROFILES_FIXTURE = CATALOG_DIR / "calibration_profiles.json"
@@ -104,6 +104,7 @@ def catalog_points(rows: Iterable[Measurement], *, include_unfitted: bool = Fals
     from sizing.calibrate import points_from_measurements, unfitted_reason
 
     kept, excluded = plain_fit_rows(rows)
+    kept = with_launch_recipes(kept)
     left_out = [(item.row, item.reason) for item in excluded]
     specs = CatalogSpecs()
     points, skipped = points_from_measurements(kept, specs.model, specs.gpu, generation_of)

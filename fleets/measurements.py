@@ -75,6 +75,7 @@ SHIPPED_FILES = (MEASURED_CSV, MEASURED_CONCURRENCY_CSV)
 #: InferenceX's launch configurations of the disaggregated runs (one row per search-space
 #: entry: pools, concurrencies and the recipe whose name carries the decode batch)
 DISAGG_RECIPES_CSV = CATALOG_DIR / "disagg-recipes.csv"
+AGG_RECIPES_CSV = CATALOG_DIR / "agg-recipes.csv"
 
 COLUMNS = (
     "source",
@@ -272,6 +273,9 @@ class Measurement:
     row_id: str
     flags: frozenset[str] = frozenset()
     notes: str = ""
+    #: decode steps between the engine's polls for new requests in the run's launch recipe
+    #: (``agg-recipes.csv``; 1: every step, every engine's default)
+    scheduler_recv_interval: int = 1
 
     @property
     def offline(self) -> bool:
@@ -1410,3 +1414,47 @@ def decode_max_batch(
                 (family, gpu, precision, isl, osl, p_key, d_key, concurrency), set()
             )
     return found.pop() if len(found) == 1 else 0
+
+
+# ---------------------------------------------------------------- aggregated launch recipes
+def _recipe_matches(recipe: Mapping[str, str], row: Measurement) -> bool:
+    """Whether one ``agg-recipes.csv`` line describes how ``row`` was launched (blank
+    ``tp`` or ``concurrency_max``: any)."""
+    conc = row.concurrency
+    if conc is None or row.disaggregated or row.speculative:
+        return False
+    low, high = recipe["concurrency_min"].strip(), recipe["concurrency_max"].strip()
+    return (
+        row.source_group == recipe["source_group"].strip()
+        and row.model_family == recipe["model_family"].strip()
+        and row.engine_family == recipe["engine"].strip()
+        and normalize_name(row.gpu) == recipe["gpu"].strip().lower()
+        and row.weight_precision == recipe["weight_precision"].strip()
+        and (not recipe["tp"].strip() or row.tp == int(recipe["tp"]))
+        and (not low or conc >= int(low))
+        and (not high or conc <= int(high))
+    )
+
+
+def with_launch_recipes(
+    rows: Iterable[Measurement], path: Path = AGG_RECIPES_CSV
+) -> list[Measurement]:
+    """``rows`` with the engine settings their launch recipes state (``agg-recipes.csv``).
+
+    InferenceX launches SGLang on B200 and B300 with ``--scheduler-recv-interval`` 10 below 16
+    clients and 30 from 16 (``benchmarks/dsr1_*_b200.sh``; the B300 scripts reuse them): the
+    scheduler then polls for new requests every 10 or 30 decode steps, which every TTFT of
+    those runs waits for (``sizing.operating.recv_wait_s``). The first matching line wins."""
+    rows = list(rows)
+    if not path.exists():
+        return rows
+    with path.open(newline="") as handle:
+        recipes = list(csv.DictReader(handle))
+    out = []
+    for row in rows:
+        found = next((r for r in recipes if _recipe_matches(r, row)), None)
+        if found is not None:
+            interval = int(found["scheduler_recv_interval"])
+            row = replace(row, scheduler_recv_interval=interval)
+        out.append(row)
+    return out

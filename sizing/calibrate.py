@@ -139,6 +139,8 @@ class FitPoint:
     #: and the requests the run sent (NaN: not stated), see ``operating.open_loop``
     request_rate: float = math.nan
     run_requests: float = math.nan
+    #: the engine's ``scheduler_recv_interval`` in the run's launch recipe (1: every step)
+    scheduler_recv_interval: int = 1
 
     @property
     def lengths_drawn(self) -> bool:
@@ -178,8 +180,13 @@ def _engine_name(family: str) -> str:
 def point_engine(p: FitPoint) -> EngineSettings:
     """The engine settings a point was measured with: its family's defaults, except that
     TensorRT-LLM's offline rows ran ``trtllm-bench throughput``, whose batch size and token
-    budget come from its own heuristic (``sizing.trtllm_bench``)."""
+    budget come from its own heuristic (``sizing.trtllm_bench``), and a run whose launch
+    recipe polls for requests every k decode steps carries that k
+    (``scheduler_recv_interval``)."""
     name = _engine_name(p.engine)
+    if p.scheduler_recv_interval > 1:
+        recv = p.scheduler_recv_interval
+        return dataclasses.replace(_ENGINES[name], scheduler_recv_interval=recv)
     if not _ran_trtllm_bench(p):
         return _ENGINES[name]
     batch, tokens = trtllm_bench.bench_limits(_bench_requests(p), p.isl, p.osl, p.pp)
@@ -340,6 +347,7 @@ def _point(row: Any, model: ModelSpec, gpu: GpuSpec, gpu_key: str, generation: s
         engine_release=engine_release(
             row.engine_family, row.engine, getattr(row, "source_version", "")
         ),
+        scheduler_recv_interval=int(getattr(row, "scheduler_recv_interval", 1) or 1),
     )
 
 

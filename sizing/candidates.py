@@ -82,6 +82,7 @@ _ENGINE_FIELDS = {
     "runtime_overhead_bytes": (lambda e: e.runtime_overhead_gb * 1e9, np.float64),
     "workspace_bytes_per_token_hidden": ("workspace_bytes_per_token_hidden", np.float64),
     "max_model_len": ("max_model_len", np.float64),
+    "scheduler_recv_interval": ("scheduler_recv_interval", np.float64),
     "kv_share_of_free": (lambda e: 1.0 if e.engine == "trtllm" else 0.0, np.float64),
     "kv_reserves_output": (lambda e: float(e.reserves_output), np.float64),
     "spec_tokens": (lambda e: e.spec_tokens if e.spec_method else 0, np.float64),
@@ -309,6 +310,8 @@ class CandidateArrays:
     runtime_overhead_bytes: np.ndarray
     workspace_bytes_per_token_hidden: np.ndarray
     max_model_len: np.ndarray  # 0: the model's max_context
+    #: decode steps between the scheduler's polls for new requests (1: every step)
+    scheduler_recv_interval: np.ndarray
     #: 1 where gpu_memory_utilization is a share of the memory left once the model is loaded
     #: (TensorRT-LLM's free_gpu_memory_fraction), 0 where it is a share of all HBM (vLLM's
     #: gpu_memory_utilization, SGLang's mem_fraction_static); see memory.usable_bytes_per_gpu

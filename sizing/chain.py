@@ -704,11 +704,12 @@ def _operating_steps(
     s.append(
         step(
             "mean_ttft_ms",
-            "frontend + residual + (n_chunks - 1 + wait_steps) * prefill_step + last_step"
-            " + swap_in + queue",
+            "frontend + residual + recv_wait + (n_chunks - 1 + wait_steps) * prefill_step"
+            " + last_step + swap_in + queue",
             [
                 q("frontend", op.frontend_s[i] * 1e3, "ms (engine front end)"),
                 q("residual", op.arrival_residual_s[i] * 1e3, "ms (step in progress)"),
+                q("recv_wait", op.recv_wait_s[i] * 1e3, "ms (scheduler's next poll)"),
                 n_chunks,
                 q("wait_steps", op.prefill_wait_steps[i], "steps (M/D/1, damped, or wave)"),
                 q("prefill_step", prefill.step_s[i] * 1e3, "ms"),

@@ -9,6 +9,11 @@ The four vLLM settings that decide whether a model fits and how a batch behaves:
 - ``max_model_len``: the longest request admitted (default: the model's maximum context);
   one sequence of that length must fit the KV budget or the engine refuses to start.
 
+And one scheduler setting: ``scheduler_recv_interval`` (SGLang's
+``--scheduler-recv-interval``, default 1): decode steps between the scheduler's polls for
+new requests, a wait on every TTFT (``operating.recv_wait_s``; the simulator polls the same
+way).
+
 Which setting binds
 -------------------
 For a misfit, the smallest ``gpu_memory_utilization`` that fits one sequence is
@@ -45,9 +50,11 @@ ENGINE_FIELDS = (
     "max_num_seqs",
     "max_num_batched_tokens",
     "max_model_len",
+    "scheduler_recv_interval",
 )
 MAX_SEQS = 1_000_000
 MAX_TOKENS = 10_000_000
+MAX_RECV_INTERVAL = 1_000  # decode steps between polls for new requests
 
 
 class SettingError(ValueError):
@@ -110,6 +117,10 @@ def engine_overrides(block: Mapping | None, base: EngineSettings) -> dict:
         out["max_num_batched_tokens"] = budget
     if "max_model_len" in given:
         out["max_model_len"] = _whole("max_model_len", given["max_model_len"], 0, MAX_TOKENS)
+    if "scheduler_recv_interval" in given:
+        out["scheduler_recv_interval"] = _whole(
+            "scheduler_recv_interval", given["scheduler_recv_interval"], 1, MAX_RECV_INTERVAL
+        )
     return out
 
 

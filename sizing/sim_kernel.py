@@ -39,15 +39,15 @@ DONE, NEED_ROW, GROW, TOO_BIG, BROKEN = 0, 1, 2, 3, 4
  S_NEXT_LENGTH, S_WAIT_HEAD, S_WAIT_LEN, S_RUN_LEN, S_PRE_LEN, S_HEAP_LEN, S_PEND_LEN,
  S_IN_STEP, S_CHUNKS, S_SERIES_LEN, S_SERIES_EVERY, S_SENDS, S_NEED_CTX, S_NEED_PRE,
  S_NEED_PEQ, S_NEED_DEC, S_GIVEN, S_BAD_TOKENS, S_PRE_TOKENS, S_WEIGHTED,
- S_NEED_TOKENS) = range(29)  # fmt: skip
-INT_SLOTS = 29
+ S_NEED_TOKENS, S_RECV_COUNT) = range(30)  # fmt: skip
+INT_SLOTS = 30
 # ---------------------------------------------------------------------------- float state slots
 F_NOW, F_LONGEST, F_GIVEN_DT, F_NEED_CTX, F_NEED_PEQ = range(5)
 FLOAT_SLOTS = 5
 # ---------------------------------------------------------------------------- config slots
 (C_BLOCK, C_MAX_SEQS, C_BUDGET, C_KV_BLOCKS, C_CHUNKED, C_CLOSED, C_CONCURRENCY, C_REQUESTS,
- C_PREFIX, C_ONE_SHOT, C_DECODE_RUNS, C_MAX_POINTS, C_RESERVE) = range(13)  # fmt: skip
-CONFIG_SLOTS = 13
+ C_PREFIX, C_ONE_SHOT, C_DECODE_RUNS, C_MAX_POINTS, C_RESERVE, C_RECV) = range(14)  # fmt: skip
+CONFIG_SLOTS = 14
 # ---------------------------------------------------------------------------- request columns
 R_ISL, R_OSL, R_TARGET, R_DONE, R_GEN, R_CACHED, R_A, R_VER, R_RUNNING, R_DECODING = range(10)
 REQUEST_INTS = 10
@@ -335,8 +335,9 @@ def run_loop(cfg, tokens_per_step, frontend_s, st, fs, ri, rf, draws_t, draws_is
     (an impossible state). Calling it again resumes."""
     while True:
         if st[S_IN_STEP] == 0:
-            _pull_arrivals(cfg, frontend_s, st, fs, ri, rf, draws_t, draws_isl, draws_osl,
-                           hits, waiting, pend_t, pend_k)  # fmt: skip
+            if _polls(cfg, st):
+                _pull_arrivals(cfg, frontend_s, st, fs, ri, rf, draws_t, draws_isl, draws_osl,
+                               hits, waiting, pend_t, pend_k)  # fmt: skip
             no_prompts = st[S_WAIT_LEN] == 0 and st[S_PRE_LEN] == 0
             if cfg[C_DECODE_RUNS] and st[S_NDEC] > 0 and no_prompts:
                 ran = _decode_run(cfg, frontend_s, st, fs, draws_t, heap, pend_t, phase,
@@ -386,6 +387,22 @@ def run_loop(cfg, tokens_per_step, frontend_s, st, fs, ri, rf, draws_t, draws_is
                             draws_osl, hits, waiting, running, prefilling, chunks, heap,
                             pend_t, pend_k, phase, series, dt):  # fmt: skip
             return BROKEN
+        # a decode step counts one towards the next poll; a step with prompt tokens polls next
+        st[S_RECV_COUNT] = cfg[C_RECV] if pre > 0 else st[S_RECV_COUNT] + 1
+
+
+@compiled
+def _polls(cfg, st) -> bool:
+    """Whether the scheduler polls for new requests before this step: every step by default
+    (``cfg[C_RECV]`` <= 1); with SGLang's ``--scheduler-recv-interval`` k, once k decode steps
+    have run since the last poll, after any step carrying prompt tokens, and whenever it has
+    nothing to run (an idle loop polls at once)."""
+    k = cfg[C_RECV]
+    idle = st[S_RUN_LEN] == 0 and st[S_WAIT_LEN] == 0
+    if k <= 1 or idle or st[S_RECV_COUNT] >= k:
+        st[S_RECV_COUNT] = 0
+        return True
+    return False
 
 
 @compiled
@@ -514,7 +531,7 @@ def _closed_loop_send(cfg, frontend_s, st, ri, rf, draws_isl, draws_osl, hits, w
         return
     st[S_NEXT_LENGTH] += 1
     isl, osl = draws_isl[j], draws_osl[j]
-    if frontend_s > 0:
+    if frontend_s > 0 or cfg[C_RECV] > 1:  # it enters at the scheduler's next poll
         order = st[S_ISSUED] + st[S_PEND_LEN]
         st[S_PEND_LEN] = _pend_push(pend_t, pend_k, st[S_PEND_LEN], t + frontend_s, order, t,
                                     isl, osl)  # fmt: skip

@@ -681,6 +681,9 @@ class _Run:
         # output of n tokens takes ceil(n / tau) steps (the step time, from decode_step,
         # carries the k + 1 verified tokens and the drafts)
         self.tokens_per_step = float(c.spec_tokens_per_step[0]) if c is not None else 1.0
+        # the scheduler polls for new requests every ``recv`` decode steps (1: every step); the
+        # decode-run fast path does not poll, so such runs take the general loop step by step
+        recv = int(c.scheduler_recv_interval[0]) if c is not None else 1
         if w.closed_loop:
             isl, osl = _closed_loop_draws(w, rng)
             times = np.zeros(0)
@@ -698,10 +701,11 @@ class _Run:
         self.cfg = np.zeros(K.CONFIG_SLOTS, dtype=np.int64)
         self.cfg[[K.C_BLOCK, K.C_MAX_SEQS, K.C_BUDGET, K.C_KV_BLOCKS, K.C_CHUNKED, K.C_CLOSED,
                   K.C_CONCURRENCY, K.C_REQUESTS, K.C_PREFIX, K.C_ONE_SHOT, K.C_DECODE_RUNS,
-                  K.C_MAX_POINTS, K.C_RESERVE]] = (
+                  K.C_MAX_POINTS, K.C_RESERVE, K.C_RECV]] = (
             block, eng.max_num_seqs, eng.max_num_batched_tokens, eng.kv_blocks,
             eng.chunked_prefill, w.closed_loop, w.concurrency or 0, n_req, prefix_tokens,
-            self.table is None, DECODE_RUNS, max(max_points, 2), eng.reserve_output,
+            self.table is None, DECODE_RUNS and recv <= 1, max(max_points, 2),
+            eng.reserve_output, recv,
         )  # fmt: skip
         self.st = np.zeros(K.INT_SLOTS, dtype=np.int64)
         self.st[K.S_FREE] = eng.kv_blocks - pinned

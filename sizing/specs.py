@@ -213,6 +213,11 @@ class EngineSettings:
     #: Longest request the engine admits (tokens); 0: the model's maximum context. When set,
     #: one sequence of this length must fit the KV budget (vLLM refuses to start otherwise).
     max_model_len: int = 0
+    #: SGLang's ``--scheduler-recv-interval`` k: the scheduler polls for new requests once
+    #: every k decode steps (a step carrying prompt tokens, or an idle engine, polls at once),
+    #: so a request arriving while others decode waits ``(k - 1) / 2`` steps before it is
+    #: received. 1 (every step) is every engine's default.
+    scheduler_recv_interval: int = 1
     # Speculative decoding (sizing.speculative): "" off, or "draft" (a small model), "eagle" /
     # "mtp" (a head on the target). ``spec_tokens`` k drafted per step; ``spec_acceptance`` the
     # per-position acceptance a (or ``spec_acceptance_by_position``, one value per position).

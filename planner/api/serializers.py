@@ -98,6 +98,12 @@ class EngineBlockSerializer(serializers.Serializer):
     max_model_len = serializers.IntegerField(
         required=False, allow_null=True, help_text="longest request, tokens (model maximum)"
     )
+    scheduler_recv_interval = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="decode steps between the scheduler's polls for new requests (1; SGLang "
+        "--scheduler-recv-interval)",
+    )
 
 
 class SpeculativeSerializer(serializers.Serializer):

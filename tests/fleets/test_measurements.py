@@ -626,3 +626,42 @@ def test_rows_that_ran_attention_data_parallel_are_flagged(notes, flagged):
     # the four GPUs as attention ranks and the experts over them
     assert ("attention_dp" in row.flags) is flagged
     assert _layout(row) == ((4, 1, 1, 4) if flagged else (4, 4, 1, 1))
+
+
+def _inferencex_row(gpu: str, engine: str, precision: str, tp: int, concurrency: int):
+    """A shipped-format InferenceX closed-loop row (median TTFT) of DeepSeek-R1."""
+    return m.measurement_from_row(
+        {
+            "source": "SemiAnalysisAI/InferenceX-app:packages/app/cypress/fixtures/api/"
+            "benchmarks.json@528c4146b8f5 (capture 2026-06-14)",
+            "model": "DeepSeek-R1-0528", "gpu": gpu, "num_gpus": str(tp), "tp": str(tp),
+            "pp": "1", "ep": "1", "engine": engine, "weight_precision": precision,
+            "isl": "1024", "osl": "1024", "concurrency_or_rate": f"concurrency={concurrency}",
+            "metric": "ttft_ms_median", "value": "400",
+        },
+        line=2,
+    )  # fmt: skip
+
+
+def test_launch_recipes_give_sglang_on_blackwell_its_scheduler_recv_interval():
+    # given InferenceX rows of SGLang on B200 and B300 (whose scripts poll every 10 decode
+    # steps below 16 clients and every 30 from 16), of SGLang on H200 and of TRT-LLM on B200
+    rows = [
+        _inferencex_row("B200", "SGLang", "fp8", 8, 4),
+        _inferencex_row("B200", "SGLang", "fp8", 8, 32),
+        _inferencex_row("B300", "SGLang", "fp4", 4, 16),
+        _inferencex_row("B200", "SGLang", "fp8", 4, 32),
+        _inferencex_row("H200", "SGLang", "fp8", 8, 32),
+        _inferencex_row("B200", "TensorRT-LLM", "fp8", 8, 32),
+    ]
+    # when the shipped launch recipes are applied
+    recv = [row.scheduler_recv_interval for row in m.with_launch_recipes(rows)]
+    # then each carries its script's interval; the others keep every engine's default, 1
+    assert recv == [10, 30, 30, 10, 1, 1]
+
+
+def test_the_shipped_launch_recipes_cite_their_script():
+    with m.AGG_RECIPES_CSV.open(newline="") as handle:
+        recipes = list(csv.DictReader(handle))
+    assert recipes and all("InferenceX" in r["source"] and ".sh@" in r["source"] for r in recipes)
+    assert {int(r["scheduler_recv_interval"]) for r in recipes} == {10, 30}

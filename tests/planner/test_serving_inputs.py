@@ -361,3 +361,28 @@ def test_the_vision_and_mixed_precision_example_plans(catalog):
     assert steps["tokens_per_image"]["value"] == 280  # Gemma 4's vision_soft_tokens_per_image
     assert steps["prompt_tokens_with_images"]["value"] == 800 + 2 * 280
     assert "P_e * b_e" in steps["weights_bytes_total"]["formula"]
+
+
+def test_predict_scheduler_recv_interval_adds_the_wait_for_the_next_poll(catalog):
+    # given Llama 3.1 8B on one H100 at 16 clients, polling every step, every 30 decode
+    # steps, and an interval of 0 (no such engine)
+    base = "Llama 3.1 8B,H100,1,1,1,1,bf16,,2000,200,16"
+    rows = _predict(",scheduler_recv_interval", [base + ",", base + ",30", base + ",0"])
+    plain = _predict("", [base])[0]
+    # then blank is the default, 30 lengthens TTFT (and nothing else's order), 0 is refused
+    assert rows[0]["ttft_ms"] == plain["ttft_ms"] and rows[0]["tpot_ms"] == plain["tpot_ms"]
+    assert float(rows[1]["ttft_ms"]) > float(plain["ttft_ms"]) + 50.0
+    assert float(rows[1]["output_tok_s_per_gpu"]) < float(plain["output_tok_s_per_gpu"])
+    assert rows[2]["fits"] == "false"
+    assert rows[2]["reason"].startswith("scheduler_recv_interval"), rows[2]["reason"]
+
+
+def test_the_api_engine_block_takes_the_scheduler_recv_interval(catalog, api):
+    response = api.post(
+        "/api/v1/scenarios/", body(engine={"scheduler_recv_interval": 30}), format="json"
+    )
+    assert response.status_code == 201, response.json()
+    [core, *_] = snap.candidates(build_inputs_snapshot(Scenario.objects.get(), None))
+    assert core.engine.scheduler_recv_interval == 30
+    bad = api.post("/api/v1/scenarios/", body(engine={"scheduler_recv_interval": 0}), format="json")
+    assert bad.status_code == 400 and "scheduler_recv_interval" in str(bad.json()["errors"])

@@ -170,3 +170,27 @@ def test_drawn_lengths_shrink_the_closed_loop_prefill_step_and_equal_lengths_kee
     # (max throughput keeps a backlog filling the budget: drawn or not, the same numbers)
     best = [closed_loop(c, fit, 1000.0, 1000.0, lengths_drawn=d).ttft_s[0] for d in (0, 1)]
     assert best[0] == best[1]
+
+
+def test_recv_interval_adds_half_the_polls_decode_steps_to_ttft_when_others_decode():
+    # given one row polling for requests every decode step (the default) and one polling
+    # every 30 (SGLang --scheduler-recv-interval 30), at 32 clients and alone
+    every = _cand(engine=EngineSettings())
+    sparse = _cand(engine=EngineSettings(scheduler_recv_interval=30))
+    fit = fit_memory(every, 2048)
+    # when both are evaluated at the same closed-loop concurrency
+    a32, b32 = (closed_loop(c, fit, 1024, 256, 32.0, envelope=False) for c in (every, sparse))
+    a1, b1 = (closed_loop(c, fit, 1024, 256, 1.0, envelope=False) for c in (every, sparse))
+    # then at 32 clients a request waits (30 - 1) / 2 = 14.5 pure decode steps more, the steps
+    # themselves unchanged
+    step = a32.pure_step.step_s[0]
+    assert b32.pure_step.step_s[0] == step
+    assert a32.recv_wait_s[0] == 0.0
+    assert b32.recv_wait_s[0] == pytest.approx(14.5 * step)
+    assert b32.ttft_s[0] - a32.ttft_s[0] == pytest.approx(14.5 * step)
+    # and the wait costs throughput through the residence (Little): X = B / W
+    assert b32.requests_per_s[0] == pytest.approx(32 / b32.residence_s[0])
+    assert b32.requests_per_s[0] < a32.requests_per_s[0]
+    # alone, the request finds the engine idle, which polls at once
+    assert b1.recv_wait_s[0] == 0.0
+    assert b1.ttft_s[0] == pytest.approx(a1.ttft_s[0])

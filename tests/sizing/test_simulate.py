@@ -21,6 +21,7 @@ from sizing.simulate import (
     rate_sweep,
     simulate,
 )
+from sizing.specs import EngineSettings
 from sizing.steptime import decode_step, prefill_time
 
 
@@ -467,3 +468,32 @@ def test_the_step_table_keeps_a_longer_row_over_a_shorter_one():
     # then the shorter row left the longer in place, and the longer one replaced it
     assert kept == 4.0
     assert _row_value(*table.arrays(), key, 5) == 6.0
+
+
+def test_a_scheduler_polling_every_30_decode_steps_delays_ttft_as_the_mean_value_model_says():
+    # given Llama 8B fp8 on one H100 polling for requests every step and every 30 decode
+    # steps (SGLang --scheduler-recv-interval 30), closed loop with drawn lengths
+    every = CandidateArrays.build(LLAMA_8B, H100, "fp8")
+    sparse = CandidateArrays.build(
+        LLAMA_8B, H100, "fp8", engine=EngineSettings(scheduler_recv_interval=30)
+    )
+    isl, osl = lengths_from_mean_p95(1000, 1500), lengths_from_mean_p95(300, 450)
+    fit = fit_memory(every, 1000 + 300)
+    for conc in (1, 32):
+        w = Workload(isl, osl, requests=40 * conc + 200, concurrency=conc,
+                     warmup_requests=5 * conc)  # fmt: skip
+        # when both are simulated with the same draws and sized by the mean-value model
+        simulated_ms = simulate(sparse, w).mean_ms("ttft") - simulate(every, w).mean_ms("ttft")
+        a, b = (closed_loop(c, fit, 1000, 300, conc, lengths_drawn=True) for c in (every, sparse))
+        modelled_ms = (b.ttft_s[0] - a.ttft_s[0]) * 1e3
+        if conc == 1:
+            # then a lone client finds the engine idle, which polls at once
+            assert simulated_ms == pytest.approx(0.0, abs=1e-9)
+            assert b.recv_wait_s[0] == 0.0 and modelled_ms == pytest.approx(0.0, abs=1e-9)
+        else:
+            # at 32 clients a request waits for the next poll, 14.5 decode steps on average,
+            # and shares its prefill step with the prompts that arrived over the interval;
+            # the mean-value model's TTFT grows as the simulated one does, within 15 %
+            assert b.recv_wait_s[0] == pytest.approx(14.5 * b.pure_step.step_s[0])
+            assert b.prefill_step_tokens[0] > a.prefill_step_tokens[0]
+            assert modelled_ms == pytest.approx(simulated_ms, rel=0.15)
