@@ -59,6 +59,7 @@ UNITS = {
     "max_num_seqs": "sequences",
     "max_num_batched_tokens": "tokens",
     "max_model_len": "tokens",
+    "scheduler_recv_interval": "decode steps",
     "spec_head_params": "params",
     "spec_tokens": "tokens (k)",
     "spec_acceptance": "fraction [0–1)",
@@ -75,6 +76,7 @@ SERVING_INPUTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "max_num_seqs": ("engine_settings", ("max_num_seqs",)),
     "max_num_batched_tokens": ("engine_settings", ("max_num_batched_tokens",)),
     "max_model_len": ("engine_settings", ("max_model_len",)),
+    "scheduler_recv_interval": ("engine_settings", ("scheduler_recv_interval",)),
     "spec_method": ("serving", ("speculative", "method")),
     "spec_draft_model": ("serving", ("speculative", "draft_model")),
     "spec_head_params": ("serving", ("speculative", "head_params")),
@@ -141,7 +143,13 @@ SECTIONS = [
     ),
     (
         "Engine settings",
-        ["gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "max_model_len"],
+        [
+            "gpu_memory_utilization",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "max_model_len",
+            "scheduler_recv_interval",
+        ],
     ),
     (
         "Serving techniques",
@@ -319,6 +327,11 @@ class ScenarioForm(AccessibleErrorsMixin, forms.Form):
     )
     max_model_len = forms.IntegerField(
         label="Longest request", required=False, help_text="blank: the model's maximum"
+    )
+    scheduler_recv_interval = forms.IntegerField(
+        label="Decode steps between request polls",
+        required=False,
+        help_text="SGLang --scheduler-recv-interval; blank: 1 (every step)",
     )
 
     spec_method = forms.ChoiceField(

@@ -13,6 +13,7 @@ SERVING = {
     "gpu_memory_utilization": "0.95",
     "max_num_seqs": "256",
     "max_num_batched_tokens": "2048",
+    "scheduler_recv_interval": "30",
     "spec_method": "draft",
     "spec_draft_model": "Llama 3.1 8B",
     "spec_tokens": "4",
@@ -36,6 +37,7 @@ def test_the_form_writes_the_engine_and_serving_blocks(owner_client, catalog):
     scenario = Scenario.objects.get()
     assert scenario.engine_settings == {
         "gpu_memory_utilization": 0.95, "max_num_seqs": 256, "max_num_batched_tokens": 2048,
+        "scheduler_recv_interval": 30,
     }  # fmt: skip
     assert scenario.serving == {
         "speculative": {"method": "draft", "draft_model": "Llama 3.1 8B", "tokens": 4,
@@ -54,6 +56,7 @@ def test_the_form_writes_the_engine_and_serving_blocks(owner_client, catalog):
         ("distinct_prefixes", "200"),
         ("lora_target_modules", "q_proj, v_proj"),
         ("max_num_seqs", "256"),
+        ("scheduler_recv_interval", "30"),
     ):
         assert f'name="{name}" value="{value}"' in html, name  # fmt: skip
 
@@ -69,6 +72,7 @@ BAD = [
     ({"gpu_memory_utilization": "1.2"}, "gpu_memory_utilization"),
     ({"gpu_memory_utilization": "0"}, "gpu_memory_utilization"),
     ({"max_num_batched_tokens": "8"}, "max_num_batched_tokens"),
+    ({"scheduler_recv_interval": "0"}, "scheduler_recv_interval"),
     ({"precision_experts": "fp3"}, "precision_experts"),
     ({"images_per_request": "2"}, "tokens_per_image"),  # a text model: give the count
 ]  # fmt: skip
