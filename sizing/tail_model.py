@@ -27,7 +27,9 @@ Per DP rank at rate ``lam`` (requests/s), prompts of mean ``isl``, outputs of me
   quantile over requests is solved on the mixture over the output-length distribution
   (short outputs make the tail).
 - TTFT at quantile q: the engine's front-end latency, own prefill ``ceil(isl_q / chunk) *
-  t_mixed`` for the q-quantile prompt, plus half a step of alignment, plus the wait behind
+  t_mixed`` for the q-quantile prompt, plus half a step of alignment, plus (an engine that
+  polls for requests every k decode steps) the wait for the next poll, uniform over ``k - 1``
+  steps, ``2 q`` times its mean ``operating.recv_wait_s``, plus the wait behind
   other prompts. Prompt work arrives as a Poisson stream into a server of
   ``mu = (budget - decodes) / t_full`` tokens/s (a busy queue fills each step's room, so
   ``t_full`` is the step carrying that room) with load
@@ -54,7 +56,7 @@ from scipy.special import ndtr, ndtri
 
 from sizing.candidates import CandidateArrays
 from sizing.memory import MemoryFit
-from sizing.operating import batch_limit, closed_loop
+from sizing.operating import batch_limit, closed_loop, recv_wait_s
 from sizing.specs import Slo
 
 BISECTION_STEPS = 24  # on log N: ~1e-7 of the range, far below a request's worth
@@ -239,6 +241,9 @@ class TailModel:
         # the engine's front end holds every request before the scheduler sees it (the
         # simulator and the mean-value chain count it in TTFT too)
         own = own + self.c.frontend_latency_s
+        # an engine polling every k decode steps receives a request after a wait uniform over
+        # 0..k-1 steps (``operating.recv_wait_s`` is its mean): the q-quantile is 2q x the mean
+        own = own + 2.0 * q * recv_wait_s(self.c, n_rank, op.pure_step.step_s)
         if lam is None:
             return own
         rho_c = np.minimum(rho, 0.999)

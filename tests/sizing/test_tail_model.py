@@ -5,8 +5,12 @@ import math
 import numpy as np
 import pytest
 from scipy.special import ndtri
+from specs_catalog import H100, LLAMA_8B
 
-from sizing.tail_model import Lengths, _mixture_quantile, mg1_wait_tail
+from sizing.candidates import CandidateArrays
+from sizing.memory import fit_memory
+from sizing.specs import EngineSettings
+from sizing.tail_model import Lengths, TailModel, _mixture_quantile, mg1_wait_tail
 
 
 def test_mm1_wait_tail_is_exact():
@@ -53,3 +57,23 @@ def test_variable_outputs_widen_the_tpot_tail_and_one_token_outputs_never_miss()
     # and a request population of one-token outputs (no gap) never exceeds any TPOT
     assert _mixture_quantile(spread, extra, np.zeros(16), 0.99)[0] == pytest.approx(0, abs=1e-9)
     assert Lengths(1000, 300).osl_gap_nodes() is None
+
+
+def test_a_poll_every_k_decode_steps_adds_its_uniform_wait_to_the_ttft_quantiles():
+    # given one H100 serving Llama 3.1 8B polling every step, and every 30 decode steps
+    every = CandidateArrays.build(LLAMA_8B, H100, "fp8")
+    sparse = CandidateArrays.build(
+        LLAMA_8B, H100, "fp8", engine=EngineSettings(scheduler_recv_interval=30)
+    )
+    lengths = Lengths(1000, 300)
+    fit = fit_memory(every, 1300)
+    a, b = TailModel(every, fit, lengths), TailModel(sparse, fit, lengths)
+    # when both are evaluated with 16 sequences in flight
+    n = np.array([16.0])
+    _, ttft_a, _, _ = a._at(n, (0.5, 0.95))
+    _, ttft_b, _, _ = b._at(n, (0.5, 0.95))
+    step = a._mean(n).pure_step.step_s[0]
+    # then the poll adds 2q x (29 / 2) decode steps at quantile q (uniform over 0..29 steps);
+    # the mean (q = 1/2) is the mean-value model's wait
+    assert ttft_b[0.5][0] - ttft_a[0.5][0] == pytest.approx(14.5 * step, rel=0.05)
+    assert ttft_b[0.95][0] - ttft_a[0.95][0] == pytest.approx(0.95 * 29 * step, rel=0.1)
