@@ -184,13 +184,13 @@ def point_engine(p: FitPoint) -> EngineSettings:
     recipe polls for requests every k decode steps carries that k
     (``scheduler_recv_interval``)."""
     name = _engine_name(p.engine)
+    changes: dict[str, int] = {}
     if p.scheduler_recv_interval > 1:
-        recv = p.scheduler_recv_interval
-        return dataclasses.replace(_ENGINES[name], scheduler_recv_interval=recv)
-    if not _ran_trtllm_bench(p):
-        return _ENGINES[name]
-    batch, tokens = trtllm_bench.bench_limits(_bench_requests(p), p.isl, p.osl, p.pp)
-    return dataclasses.replace(_ENGINES[name], max_num_seqs=batch, max_num_batched_tokens=tokens)
+        changes["scheduler_recv_interval"] = p.scheduler_recv_interval
+    if _ran_trtllm_bench(p):
+        batch, tokens = trtllm_bench.bench_limits(_bench_requests(p), p.isl, p.osl, p.pp)
+        changes |= {"max_num_seqs": batch, "max_num_batched_tokens": tokens}
+    return dataclasses.replace(_ENGINES[name], **changes) if changes else _ENGINES[name]
 
 
 def _ran_trtllm_bench(p: FitPoint) -> bool:

@@ -475,6 +475,11 @@ def prefill_group_tokens(
     return np.maximum(lock - (1.0 - coherence) * (lock - apart), chunk_tokens)
 
 
+def recv_interval(c: CandidateArrays) -> np.ndarray:
+    """Decode steps between the scheduler's polls for new requests, ``k >= 1`` per row."""
+    return np.maximum(np.asarray(c.scheduler_recv_interval, dtype=np.float64), 1.0)
+
+
 def recv_wait_s(
     c: CandidateArrays, batch_per_rank: np.ndarray, decode_step_s: np.ndarray
 ) -> np.ndarray:
@@ -489,7 +494,7 @@ def recv_wait_s(
     Worked: k = 30, a 17 ms decode step, 32 sequences: 14.5 x 17 ms = 247 ms on every TTFT.
     k = 1 (every engine's default) gives 0.
     """
-    k = np.maximum(np.asarray(c.scheduler_recv_interval, dtype=np.float64), 1.0)
+    k = recv_interval(c)
     busy = np.clip(np.asarray(batch_per_rank, dtype=np.float64) - 1.0, 0.0, 1.0)
     return 0.5 * (k - 1.0) * decode_step_s * busy
 
@@ -546,7 +551,7 @@ def _operating_point(
     room = np.maximum(budget - dec, chunk)
     together = np.where(waves, np.broadcast_to(coherence, (n,)), np.where(poisson, 0.0, 1.0))
     # an engine polling every k decode steps receives k steps' arrivals together
-    polled = pre * np.maximum(c.scheduler_recv_interval, 1.0)
+    polled = pre * recv_interval(c)
     group = prefill_group_tokens(b_rank * isl, chunk, polled, budget - dec, together)
     prefill = decode_step(c, dec, ctx, group, prompt)
     # Once prompts outnumber one chunk per step they arrive in such groups: a share
