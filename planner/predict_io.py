@@ -67,6 +67,8 @@ ENGINES = {"vllm", "sglang", "trtllm"}
 #: Engine names accepted in the ``engine`` column, by family; a release may follow
 #: ("vllm 0.21", "SGLang v0.5.12", "tensorrt-llm==1.3") or sit in an ``engine_version`` column.
 ENGINE_ALIASES = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}
+#: The product name a family's releases are written after (``calibrate._RELEASE_PATTERNS``).
+RELEASE_NAMES = {"trtllm": "tensorrt-llm"}
 MAX_GPUS = 100_000
 MAX_TOKENS = 10_000_000
 #: Optional input columns: engine settings, prefix cache, speculative decoding, LoRA. Blank
@@ -150,9 +152,11 @@ def _engine(row: dict) -> tuple[str, str]:
     family = ENGINE_ALIASES.get(name, name)
     if family not in ENGINES:
         raise RowError(f"engine must be one of {', '.join(sorted(ENGINES))}, got {text!r}")
+    # read under the name the release patterns know ("trtllm 0.14" is "tensorrt-llm 0.14")
+    spelled = RELEASE_NAMES.get(family, family)
     version_text = (row.get("engine_version") or "").strip()
-    release = engine_release(family, f"{family} {version_text}") if version_text else ""
-    return family, release or engine_release(family, text.replace(name, family, 1))
+    release = engine_release(family, f"{spelled} {version_text}") if version_text else ""
+    return family, release or engine_release(family, text.replace(name, spelled, 1))
 
 
 def _int(row: dict, field: str, default: int | None = None, high: int = MAX_GPUS) -> int:

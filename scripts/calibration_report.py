@@ -224,9 +224,11 @@ MISS_NOTES = [
     "each sequence claims: the live context, the whole one where TensorRT-LLM reserves the "
     "output; `max_num_seqs`) times the bandwidth/compute efficiencies of the silicon node.",
     "Out of sample by source, holding out the TensorRT-LLM perf-overview tables removes most "
-    "of the offline (max-throughput) points at once; those are then predicted from the "
-    "TensorRT-LLM family node fitted on closed-loop runs only, and the silicon nodes fitted "
-    "mostly on other engines: this fold is where the max-throughput error concentrates.",
+    "of the offline (max-throughput) points at once; those are then predicted from engine "
+    "constants no offline point measured (releases before 1.0 from the TensorRT-engine "
+    "family, left with no point at all, so the prior's; 1.0 and later from the PyTorch-"
+    "backend family fitted on closed-loop runs) and the silicon nodes fitted mostly on other "
+    "engines: this fold is where the max-throughput error concentrates.",
 ]
 
 

@@ -64,6 +64,7 @@ from sizing.jointfit import (
     SILICON_CONSTANTS,
     VENDOR_OF_GENERATION,
     JointFit,
+    engine_family_node,
     engine_nodes,
     fit_joint,
     node_chain,
@@ -630,8 +631,17 @@ class ProfileSet:
     def select(
         self, gpu: str, engine: str, precision: str, generation: str, version: str = ""
     ) -> tuple[Calibration, str]:
+        table = {k: r.calibration for k, r in self.profiles.items()}
+        if version and self.joint is not None and generation:
+            runtime = engine_family_node(engine, version)
+            fitted = {k.version for k in table if k.engine == engine and k.version != ANY}
+            if fitted and not any(engine_family_node(engine, r) == runtime for r in fitted):
+                # no fitted release of this runtime (a cross-validation fold held them all
+                # out): its family's constants from the joint fit, not another runtime's
+                key = ProfileKey(generation_key(generation), engine, precision or ANY, version)
+                table[key] = _key_calibration(self.joint, key, generation, {})[0]
         return select_profile(
-            {k: r.calibration for k, r in self.profiles.items()},
+            table,
             gpu,
             engine,
             precision,
@@ -689,6 +699,7 @@ def select_profile(
     profile's own name (it names the GPU or generation, engine release and precision), with
     "(other engine)" when step 3 answered.
     """
+    version = _same_runtime(profiles, engine, version) or version
     walk = fallback_keys(gpu, engine, precision, generation, version)
     for table in (owned or {}, profiles):
         for key in walk if table is profiles else walk[:4]:
@@ -709,6 +720,22 @@ def select_profile(
         key = ProfileKey(generation_key(generation))
         return profiles[key], _label(profiles[key], key)
     return PHYSICS, PHYSICS_LABEL
+
+
+def _same_runtime(profiles: Iterable[ProfileKey], engine: str, version: str) -> str:
+    """The fitted release a walk reads for ``version``: itself when fitted; else, when the
+    newest fitted release runs another runtime (``jointfit.engine_family_node``), the newest
+    fitted release of its own (TensorRT-LLM 0.12 reads 0.20, a TensorRT-engine release, not
+    1.3); '' otherwise (the walk's newest release, or no version given)."""
+    releases = {k.version for k in profiles if k.engine == engine and k.version != ANY}
+    if not version or version in releases:
+        return version if version in releases else ""
+    family = engine_family_node(engine, version)
+    same = [r for r in releases if engine_family_node(engine, r) == family]
+    newest = max(releases, key=release_order, default="")
+    if not same or engine_family_node(engine, newest) == family:
+        return ""
+    return max(same, key=release_order)
 
 
 def _label(calibration: Calibration, key: ProfileKey) -> str:

@@ -16,7 +16,11 @@ the same constants, so the datasheet alone orders them (monotonic physics).
 Nodes and priors
 ----------------
 ``silicon:<vendor>`` -> ``silicon:<gen>`` -> ``silicon:<gen>/<precision>``; ``engine:<family>`` ->
-``engine:<family>/<release>``. Every node holds log values of its constants; residuals:
+``engine:<family>/<release>``, where TensorRT-LLM releases before 1.0 form their own family
+``trtllm-tensorrt`` (``engine_family_node``: compiled TensorRT engines behind a C++ executor,
+7 ms of front end in the shipped fit, against the PyTorch backend's Python scheduler and
+~70 ms from 1.0 on; as one family, a fold holding out the 0.x tables predicted their TTFTs
+with 1.x's front end, x2.8). Every node holds log values of its constants; residuals:
 
 - data: ``w_m * log(f_i / y_i)``, ``w_m = 1 / sqrt(n_m)`` (each metric weighs the same);
 - prior: ``(log theta_node - log theta_parent) / (sigma * sqrt(N))``, the parent of a top
@@ -30,7 +34,7 @@ the generation then reads AMD's constants, fitted on CDNA 4, instead of the gene
 (held out by source, TTFT 42.1 -> 40.3 %).
 
 A node constant is a parameter only when the points under it *measure* it: with
-``s_i = |d log f_i / d log theta|`` at the prior, the node needs ``max_i s_i >=
+``s_i = |d log f_i / d log theta|`` at the prior (front end below), the node needs ``max_i s_i >=
 MIN_SENSITIVITY`` and ``n_eff = sum_i s_i^2 >= MIN_EFFECTIVE_POINTS`` (``n_eff`` counts
 points as if each depended on the constant one for one: 40 TPOT points at ``s ~ 0.12`` are
 0.6 of a point). Otherwise it resolves to its parent's value. Why: a constant the node's
@@ -38,7 +42,12 @@ points barely move absorbs whatever the model misses there, and ends wherever th
 it; another metric that depends on it strongly then inherits the drift. Holding out the
 InferenceX capture (183 of the 192 TTFT points) left MI355X with TPOT-only points
 (``n_eff`` 0.6 for link efficiency): the fit took the link to its 0.1 bound and the
-held-out TTFTs came out 5-7x the measured ones. Bounds (``CONSTANT_BOUNDS``) are
+held-out TTFTs came out 5-7x the measured ones. The sensitivities are judged with the
+front end at ``FRONTEND_GATE_S`` (30 ms), not the prior's 10 ms: TTFTs of a few hundred ms
+barely move with a 10 ms front end, so at the prior no engine's points could measure one of
+60-130 ms (SGLang's, measured 150-160 ms TTFTs of 900-token prompts at one client on 8x B200
+where the prefill is ~50 ms); the gap then went to slower prefill communication (Hopper link
+0.41, against 0.49 with the front end fitted). Bounds (``CONSTANT_BOUNDS``) are
 physical; a free constant that ends within 1 % of one is a *bound hit*, reported per node
 (``JointFit.bound_hits``) and carried into the quality of every profile that uses the node.
 
@@ -50,6 +59,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -106,6 +116,9 @@ PRIOR = Calibration(
 ROOT_SIGMA_LOG = math.log(4.0)
 LEAF_SIGMA_LOG = math.log(1.6)
 MIN_SENSITIVITY = 1e-3
+#: The front end the sensitivity gate judges at: TTFTs of a few hundred ms barely move with
+#: a 10 ms front end, so at the prior no engine's points would ever measure one of 100 ms.
+FRONTEND_GATE_S = 0.030
 MIN_EFFECTIVE_POINTS = 2.0  # see the module docstring; 2-5 give the same CV errors, 1 not
 BOUND_TOLERANCE_LOG = 0.01
 
@@ -116,9 +129,26 @@ def silicon_nodes(generation: str, precision: str) -> tuple[str, str]:
     return top, f"{top}/{precision or 'unknown'}"
 
 
+#: TensorRT-LLM ships two runtimes: compiled TensorRT engines behind a C++ executor (the
+#: default before 1.0) and the PyTorch backend with a Python scheduler (the default from 1.0
+#: on, "PyTorch backend as default" in the 1.0 release notes). Their host overhead and front
+#: end are not one engine's, so the fit treats releases before 1.0 as their own family.
+TRTLLM_PYTORCH_DEFAULT_FROM = (1, 0)
+
+
+def engine_family_node(family: str, release: str) -> str:
+    """The engine family a release's constants belong to: its family, except TensorRT-LLM
+    releases before 1.0 (TensorRT-engine runtime), ``trtllm-tensorrt``; a release not
+    stated is read as the current runtime."""
+    numbers = tuple(int(part) for part in re.findall(r"\d+", release or ""))
+    if family == "trtllm" and numbers and numbers < TRTLLM_PYTORCH_DEFAULT_FROM:
+        return "trtllm-tensorrt"
+    return family or "unknown"
+
+
 def engine_nodes(family: str, release: str) -> tuple[str, str]:
     """(top, leaf) engine node names of a family x release ('' = release not stated)."""
-    top = f"engine:{family or 'unknown'}"
+    top = f"engine:{engine_family_node(family, release)}"
     return top, f"{top}/{release or 'unversioned'}"
 
 
@@ -248,11 +278,12 @@ def fit_joint(
         for node in nodes:
             members[node].append(i)
 
-    base = [PRIOR] * n
-    reference = np.log(predict(base))
+    # judged at a typical front end, not the prior's (see FRONTEND_GATE_S)
+    judged = dataclasses.replace(PRIOR, frontend_latency_s=FRONTEND_GATE_S)
+    reference = np.log(predict([judged] * n))
     sensitivity = {}
     for name in FITTED_CONSTANTS:
-        moved = dataclasses.replace(PRIOR, **{name: getattr(PRIOR, name) * math.exp(0.05)})
+        moved = dataclasses.replace(judged, **{name: getattr(judged, name) * math.exp(0.05)})
         sensitivity[name] = np.abs(np.log(predict([moved] * n)) - reference) / 0.05
     usable = np.isfinite(reference) & (measured > 0)
 

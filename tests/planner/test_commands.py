@@ -74,6 +74,25 @@ def test_bad_rows_get_fits_false_and_a_reason_while_others_compute(
     assert rows[1]["fits"] == "true"
 
 
+def test_predict_reads_an_unfitted_release_on_its_own_runtime(catalog, tmp_path):
+    # given the same row at TensorRT-LLM releases the shipped fit has, and has not, seen
+    source = tmp_path / "in.csv"
+    rows = "".join(
+        f"llama-3.1-8b,h100_sxm,1,1,,,bf16,,467,256,8,trtllm,{version}\n"
+        for version in ("0.12", "0.14", "1.1", "")
+    )
+    source.write_text(HEADER.strip() + ",engine_version\n" + rows)
+    out = tmp_path / "out.csv"
+    call_command("predict", str(source), "-o", str(out), stderr=io.StringIO())
+    profiles = [row["profile"] for row in csv.DictReader(out.open())]
+    # then 0.12 (TensorRT engines, never fitted) reads 0.20, the newest fitted release of its
+    # runtime, not 1.3's PyTorch backend; a fitted release is its own; none is the newest
+    assert profiles[0] == "hopper / trtllm 0.20", profiles
+    assert profiles[1] == "hopper / trtllm 0.14 / bf16"
+    assert profiles[2] == "hopper / trtllm 1.1"
+    assert profiles[3].startswith("hopper / trtllm 1.3")
+
+
 def test_predict_unreadable_file_is_an_error(catalog, tmp_path):
     with pytest.raises(CommandError, match="cannot read"):
         call_command("predict", str(tmp_path / "missing.csv"))

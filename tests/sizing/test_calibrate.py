@@ -151,6 +151,42 @@ def test_the_owners_profile_comes_first_and_a_release_is_a_key():
     )
 
 
+def test_a_release_not_fitted_reads_the_newest_release_of_its_own_runtime():
+    # given TensorRT-LLM profiles of two TensorRT-engine releases and two PyTorch-backend ones
+    shipped = {
+        cal.ProfileKey("gen:hopper", "trtllm", "any", r): Calibration(name=f"trtllm {r}")
+        for r in ("0.17", "0.20", "1.0", "1.3")
+    } | {cal.ProfileKey("gen:hopper", "trtllm"): Calibration(name="trtllm newest")}
+
+    def label(version):
+        return cal.select_profile(shipped, "h100_sxm", "trtllm", "", "hopper", version)[1]
+
+    # when a release the fit never saw is asked for, then it reads its runtime's newest:
+    # 0.12 (TensorRT engines) is not predicted with 1.3's Python scheduler and front end
+    assert label("0.12") == "trtllm 0.20"
+    assert label("1.1") == "trtllm newest"  # the newest is its runtime's
+    assert label("0.17") == "trtllm 0.17"  # a fitted release is its own
+    assert label("") == "trtllm newest"
+
+
+def test_a_runtime_with_no_fitted_release_reads_its_own_family_node():
+    # given a fit on PyTorch-backend TensorRT-LLM points only (1.3), generated with a 60 ms
+    # front end
+    truth = dataclasses.replace(TRUE, frontend_latency_s=0.060, prefill_wave_fraction=0.5)
+    points = measured_by(
+        [dataclasses.replace(p, engine="trtllm", engine_release="1.3") for p in grid_points()],
+        truth,
+    )
+    profiles = cal.fit_profiles(points)
+    # when a TensorRT-engine release (0.14) is predicted, then it reads the trtllm-tensorrt
+    # family, which no point measured (the prior's 10 ms front end), not 1.3's fitted one
+    fitted, _ = profiles.select("h100_sxm", "trtllm", "fp8", "hopper", "1.3")
+    older, label = profiles.select("h100_sxm", "trtllm", "fp8", "hopper", "0.14")
+    assert fitted.frontend_latency_s == pytest.approx(0.060, rel=0.05)
+    assert older.frontend_latency_s == cal.PRIOR.frontend_latency_s
+    assert label == "hopper / trtllm 0.14 / fp8"
+
+
 def test_a_gpu_with_one_point_borrows_its_generation_and_shares_its_constants():
     # given plenty of H100 points and a single H200 point
     h100 = measured_by(grid_points(), TRUE)

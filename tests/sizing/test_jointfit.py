@@ -75,3 +75,35 @@ def test_a_generation_without_points_reads_its_vendors_constants():
     assert fit.calibration("hopper", "fp8", "sglang", "0.5").eta_mem == jf.PRIOR.eta_mem
     # a generation the table does not know has no vendor: its parent is the prior
     assert jf.node_chain("silicon:gen") == ["silicon:gen"]
+
+
+def test_tensorrt_llm_before_1_0_is_its_own_engine_family():
+    # TensorRT engines behind a C++ executor until 1.0, the PyTorch backend from 1.0 on
+    assert jf.engine_nodes("trtllm", "0.14") == (
+        "engine:trtllm-tensorrt",
+        "engine:trtllm-tensorrt/0.14",
+    )
+    assert jf.engine_nodes("trtllm", "1.0") == ("engine:trtllm", "engine:trtllm/1.0")
+    assert jf.engine_nodes("trtllm", "") == ("engine:trtllm", "engine:trtllm/unversioned")
+    assert jf.engine_nodes("sglang", "0.4.6") == ("engine:sglang", "engine:sglang/0.4.6")
+    assert jf.node_chain("engine:trtllm-tensorrt/0.14") == [
+        "engine:trtllm-tensorrt/0.14",
+        "engine:trtllm-tensorrt",
+    ]
+
+
+def test_the_gate_judges_a_front_end_at_a_typical_size_not_the_prior():
+    # given 40 TTFTs of 20-100 ms of prefill behind a 120 ms front end
+    points = [Point("gen", "fp8", "sglang", "0.5", x) for x in np.linspace(0.02, 0.1, 40)]
+    x = np.array([p.x for p in points])
+
+    def predict(calibrations):
+        return x + np.array([c.frontend_latency_s for c in calibrations])
+
+    truth = [jf.dataclasses.replace(jf.PRIOR, frontend_latency_s=0.12)] * 40
+    # at the 10 ms prior they would be worth 1.2 points for the front end, at 30 ms 5.6
+    assert jf.effective_points(0.01 / (x + 0.01)) == pytest.approx(1.24, abs=0.01)
+    assert jf.effective_points(0.03 / (x + 0.03)) == pytest.approx(5.61, abs=0.01)
+    # when fitted, then the front end is a parameter and comes out at the truth
+    fit = jf.fit_joint(points, predict, np.zeros(40, dtype=np.int64), predict(truth))
+    assert fit.resolve("engine:sglang/0.5", "frontend_latency_s") == pytest.approx(0.12, rel=0.05)
