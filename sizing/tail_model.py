@@ -74,11 +74,11 @@ class TailConstants:
     # fitted by scripts/tail_agreement.py (docs/tail-agreement.md) against the simulator at
     # 12,000 requests per probe: the three TPOT terms by the most grid points sized within
     # 10 % or 1 replica; the two TTFT terms are the physics' own (1)
-    tpot_spread: float = 0.65
+    tpot_spread: float = 0.95
     ttft_wait: float = 1.0
     ttft_base: float = 1.0
     tpot_mix: float = 0.7
-    tpot_busy: float = 2.0
+    tpot_busy: float = 1.75
     source: str = "fit to the simulator on the grid of scripts/tail_agreement.py"
 
 
