@@ -1378,7 +1378,9 @@ def _speculative_choice(rows, cands, traffic, slo, policy, api_price, tails, cap
     out = list(rows)
     for i in spec:
         on, plain = rows[i], rows_off[i]
-        keep_on = _order_key(on) < _order_key(plain)  # a tie keeps the simpler deployment
+        # a tie keeps the simpler deployment: the same bill to the cent is a tie (the $/M
+        # tokens of two equal bills differ only by float rounding: both serve the same load)
+        keep_on = _bill_key(on) < _bill_key(plain)
         chosen = on if keep_on else plain
         choice = step(
             "speculative_decoding",
@@ -1437,6 +1439,10 @@ def analytic_choices(
 
 def _order_key(row: PlanRow) -> tuple:
     return (not row.meets_slo, not row.fits, row.usd_per_month, row.usd_per_mtok)
+
+
+def _bill_key(row: PlanRow) -> tuple:
+    return (not row.meets_slo, not row.fits, round(float(row.usd_per_month), 2))
 
 
 # ---------------------------------------------------------------------------- routing
