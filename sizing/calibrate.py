@@ -68,6 +68,7 @@ from sizing.jointfit import (
     engine_nodes,
     fit_joint,
     node_chain,
+    release_order,
     silicon_nodes,
 )
 from sizing.precision import default_kv_precision
@@ -377,11 +378,6 @@ def engine_release(family: str, *texts: str) -> str:
     return ""
 
 
-def release_order(release: str) -> tuple[int, ...]:
-    """Sort key of a release string: numeric parts, '' (unversioned) first."""
-    return tuple(int(part) for part in re.findall(r"\d+", release)) if release else ()
-
-
 # ============================================================================ prediction
 _ENGINES = {name: EngineSettings(engine=name) for name in ("vllm", "sglang", "trtllm")}
 
@@ -632,14 +628,13 @@ class ProfileSet:
         self, gpu: str, engine: str, precision: str, generation: str, version: str = ""
     ) -> tuple[Calibration, str]:
         table = {k: r.calibration for k, r in self.profiles.items()}
-        if version and self.joint is not None and generation:
-            runtime = engine_family_node(engine, version)
-            fitted = {k.version for k in table if k.engine == engine and k.version != ANY}
-            if fitted and not any(engine_family_node(engine, r) == runtime for r in fitted):
-                # no fitted release of this runtime (a cross-validation fold held them all
-                # out): its family's constants from the joint fit, not another runtime's
-                key = ProfileKey(generation_key(generation), engine, precision or ANY, version)
-                table[key] = _key_calibration(self.joint, key, generation, {})[0]
+        fitted = _fitted_releases(table, engine)
+        composable = version and self.joint is not None and generation and fitted
+        if composable and not _runtime_releases(fitted, engine, version):
+            # no fitted release of this runtime (a cross-validation fold held them all out):
+            # its family's constants from the joint fit, not another runtime's
+            key = ProfileKey(generation_key(generation), engine, precision or ANY, version)
+            table[key] = _key_calibration(self.joint, key, generation, {})[0]
         return select_profile(
             table,
             gpu,
@@ -727,15 +722,24 @@ def _same_runtime(profiles: Iterable[ProfileKey], engine: str, version: str) -> 
     newest fitted release runs another runtime (``jointfit.engine_family_node``), the newest
     fitted release of its own (TensorRT-LLM 0.12 reads 0.20, a TensorRT-engine release, not
     1.3); '' otherwise (the walk's newest release, or no version given)."""
-    releases = {k.version for k in profiles if k.engine == engine and k.version != ANY}
+    releases = _fitted_releases(profiles, engine)
     if not version or version in releases:
-        return version if version in releases else ""
-    family = engine_family_node(engine, version)
-    same = [r for r in releases if engine_family_node(engine, r) == family]
+        return version
+    same = _runtime_releases(releases, engine, version)
     newest = max(releases, key=release_order, default="")
-    if not same or engine_family_node(engine, newest) == family:
+    if not same or newest in same:
         return ""
     return max(same, key=release_order)
+
+
+def _fitted_releases(profiles: Iterable[ProfileKey], engine: str) -> set[str]:
+    return {k.version for k in profiles if k.engine == engine and k.version != ANY}
+
+
+def _runtime_releases(releases: Iterable[str], engine: str, version: str) -> list[str]:
+    """The ``releases`` that run the same runtime as ``version`` (``engine_family_node``)."""
+    runtime = engine_family_node(engine, version)
+    return [r for r in releases if engine_family_node(engine, r) == runtime]
 
 
 def _label(calibration: Calibration, key: ProfileKey) -> str:

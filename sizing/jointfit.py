@@ -136,11 +136,16 @@ def silicon_nodes(generation: str, precision: str) -> tuple[str, str]:
 TRTLLM_PYTORCH_DEFAULT_FROM = (1, 0)
 
 
+def release_order(release: str) -> tuple[int, ...]:
+    """Sort key of a release string: numeric parts, '' (unversioned) first."""
+    return tuple(int(part) for part in re.findall(r"\d+", release)) if release else ()
+
+
 def engine_family_node(family: str, release: str) -> str:
     """The engine family a release's constants belong to: its family, except TensorRT-LLM
     releases before 1.0 (TensorRT-engine runtime), ``trtllm-tensorrt``; a release not
     stated is read as the current runtime."""
-    numbers = tuple(int(part) for part in re.findall(r"\d+", release or ""))
+    numbers = release_order(release or "")
     if family == "trtllm" and numbers and numbers < TRTLLM_PYTORCH_DEFAULT_FROM:
         return "trtllm-tensorrt"
     return family or "unknown"
