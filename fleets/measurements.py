@@ -621,6 +621,10 @@ _DISAGG_RE = re.compile(r"disaggregat", re.I)
 # Attention data-parallel (SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp,
 # the perf-overview's "DEPn"): each GPU runs attention for its own sequences, experts over all.
 _ATTENTION_DP_RE = re.compile(r"DP-attention|attention[-_]dp|attention data-parallel|\bDEP\d", re.I)
+#: Requests of drawn lengths whose ``isl``/``osl`` are the run's means: a ShareGPT dataset,
+#: or outputs left to stop at end-of-sequence (GPUStack's performance-lab notes say which)
+_VARIABLE_LENGTHS_RE = re.compile(r"dataset ShareGPT|without --ignore-eos", re.I)
+_BURST_REQUESTS_RE = re.compile(r"\b(\d+) (?:successful )?requests\b|--num-prompts (\d+)")
 _WARMUP_ADDED = "2026-01-21"  # InferenceX PR #480 added --num-warmups (measured-concurrency-notes)
 
 
@@ -638,6 +642,11 @@ def _text_flags(engine: str, notes: str, raw_metric: str, source_version: str) -
         flags.add("itl_per_chunk")
     if "no --ignore-eos" in notes.lower():
         flags.add("osl_not_fixed")
+    if _VARIABLE_LENGTHS_RE.search(notes):
+        flags.add("variable_lengths")
+    burst = _BURST_REQUESTS_RE.search(notes)
+    if "variable_lengths" in flags or (burst and int(max(burst.groups(""))) <= BURST_MAX_REQUESTS):
+        flags.add("offline_burst")  # an exclusion only on offline rows (the rule's test)
     if "typo" in notes.lower():
         flags.add("suspected_typo")
     if "outlier-prone" in notes:
@@ -842,10 +851,21 @@ EXCLUDE_DISAGGREGATED = "disaggregated prefill/decode"
 EXCLUDE_SPECULATIVE = "speculative decoding (MTP/EAGLE/draft model)"
 EXCLUDE_NOT_PREDICTED = "metric not predicted by the model"
 EXCLUDE_OSL_NOT_FIXED = "output length not fixed (no --ignore-eos)"
+EXCLUDE_OFFLINE_BURST = (
+    "offline burst of variable-length or few (<= 1,000) requests: one batch's fill and drain"
+)
+#: A serving benchmark that sends all its requests at once ("request rate inf") measures one
+#: batch being filled and drained, not the steady state an offline max-throughput point is
+#: (trtllm-bench streams thousands of fixed-length requests): with few requests or drawn
+#: output lengths, the run's last stretch decodes a shrinking batch. GPUStack's ShareGPT
+#: bursts of 1,000 requests measured 2,901 tok/s for gpt-oss-120b on one H100, a third of the
+#: steady state of its batch.
+BURST_MAX_REQUESTS = 1000
 EXCLUDE_TYPO = "suspected typo in the source"
 EXCLUDE_ITL_PER_CHUNK = "ITL measured per streamed chunk, not per token"
 EXCLUDE_DERIVED = "derived as 1000/TPOT of the same point"
 EXCLUDE_OTHER_STATISTIC = "same point has a preferred statistic (median > mean, TPOT > ITL)"
+EXCLUDE_OTHER_LAUNCH = "same point measured by an earlier launch of the engine in the source"
 EXCLUDE_OLDER_RUN = "same point has a newer run (overlapping captures)"
 EXCLUDE_SATURATED = "open-loop run saturated (TTFT over 3x its lowest rate's: the queue grew)"
 #: An open-loop run whose mean TTFT is this many times the same conditions' lowest-rate TTFT
@@ -860,6 +880,7 @@ _RULES: tuple[tuple[Callable[[Measurement], bool], str], ...] = (
     (lambda row: row.speculative, EXCLUDE_SPECULATIVE),
     (lambda row: not row.predicted, EXCLUDE_NOT_PREDICTED),
     (lambda row: "osl_not_fixed" in row.flags, EXCLUDE_OSL_NOT_FIXED),
+    (lambda row: row.offline and "offline_burst" in row.flags, EXCLUDE_OFFLINE_BURST),
     (lambda row: "suspected_typo" in row.flags, EXCLUDE_TYPO),
     (lambda row: "itl_per_chunk" in row.flags, EXCLUDE_ITL_PER_CHUNK),
     (lambda row: "derived_from_tpot" in row.flags, EXCLUDE_DERIVED),
@@ -912,8 +933,20 @@ def _best_statistic(rows: list[Measurement]) -> tuple[list[Measurement], list[Ex
     groups: dict[tuple, list[Measurement]] = defaultdict(list)
     for row in rows:
         groups[(row.source, row.source_version, row.condition_key, row.metric)].append(row)
-    winners = {id(min(group, key=_statistic_rank)) for group in groups.values()}
-    return _partition(rows, winners, EXCLUDE_OTHER_STATISTIC)
+    best = {}
+    for group in groups.values():
+        winner = min(group, key=_statistic_rank)
+        best |= {id(row): winner for row in group}
+    kept = [row for row in rows if best[id(row)] is row]
+    excluded = [
+        Excluded(
+            row,
+            EXCLUDE_OTHER_STATISTIC if row.engine == best[id(row)].engine else EXCLUDE_OTHER_LAUNCH,
+        )
+        for row in rows
+        if best[id(row)] is not row
+    ]
+    return kept, excluded
 
 
 def _newest_capture(rows: list[Measurement]) -> tuple[list[Measurement], list[Excluded]]:

@@ -141,16 +141,21 @@ def profiles_table(profiles) -> list[str]:
     lines += [
         "",
         "| engine node | n | step overhead ms | + per layer us | + per sequence us | "
-        "all-reduce latency us | front end ms | wave coherence | at a bound |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "+ per MoE layer us | prompt step: + per MoE layer ms | all-reduce latency us | "
+        "front end ms | wave coherence | at a bound |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for node in sorted(n for n in joint.n_points if n.startswith("engine:")):
-        a, b, seq, ar, fe, wave = (joint.resolve(node, k) for k in ENGINE_CONSTANTS)
+        v = {k: joint.resolve(node, k) for k in ENGINE_CONSTANTS}
         hits = "; ".join(joint.bound_hits.get(node, ())) or "-"
         lines.append(
-            f"| {node.removeprefix('engine:')} | {joint.n_points[node]} | {a * 1e3:.2f} | "
-            f"{b * 1e6:.0f} | {seq * 1e6:.1f} | {ar * 1e6:.1f} | {fe * 1e3:.0f} | {wave:.2f} | "
-            f"{hits} |"
+            f"| {node.removeprefix('engine:')} | {joint.n_points[node]} | "
+            f"{v['step_overhead_s'] * 1e3:.2f} | {v['step_overhead_per_layer_s'] * 1e6:.0f} | "
+            f"{v['step_overhead_per_seq_s'] * 1e6:.1f} | "
+            f"{v['step_overhead_per_moe_layer_s'] * 1e6:.0f} | "
+            f"{v['prompt_overhead_per_moe_layer_s'] * 1e3:.2f} | "
+            f"{v['allreduce_latency_s'] * 1e6:.1f} | {v['frontend_latency_s'] * 1e3:.0f} | "
+            f"{v['prefill_wave_fraction']:.2f} | {hits} |"
         )
     return lines
 

@@ -16,6 +16,12 @@ whole chain (memory fit -> step time -> closed-loop operating point) through
 - ``step_overhead_s``: fixed cost per engine step -> TPOT at small batch, TTFT per chunk;
 - ``step_overhead_per_seq_s``: host cost per running sequence per step (scheduling,
   sampling) -> TPOT at large batch, max throughput;
+- ``step_overhead_per_moe_layer_s``: a MoE layer's extra cost per step over a dense one
+  (router, permutes, expert launches) -> a MoE model's TPOT at small batch;
+- ``prompt_overhead_per_moe_layer_s``: a MoE layer's host cost on a step carrying prompt
+  tokens (run eagerly, not from a CUDA graph) -> a MoE model's TTFT per chunk;
+- ``frontend_latency_s``: the engine's fixed latency before the scheduler sees a request
+  -> TTFT;
 - ``allreduce_latency_s``, ``link_efficiency``: TP all-reduces, EP all-to-alls, PP hops.
 
 Least squares on log ratios

@@ -115,6 +115,8 @@ _CALIBRATION_FIELDS = {
     "link_efficiency": ("link_efficiency", np.float64),
     "step_overhead_per_layer_s": ("step_overhead_per_layer_s", np.float64),
     "step_overhead_per_seq_s": ("step_overhead_per_seq_s", np.float64),
+    "step_overhead_per_moe_layer_s": ("step_overhead_per_moe_layer_s", np.float64),
+    "prompt_overhead_per_moe_layer_s": ("prompt_overhead_per_moe_layer_s", np.float64),
     "frontend_latency_s": ("frontend_latency_s", np.float64),
     "prefill_wave_fraction": ("prefill_wave_fraction", np.float64),
 }
@@ -354,6 +356,8 @@ class CandidateArrays:
     link_efficiency: np.ndarray
     step_overhead_per_layer_s: np.ndarray
     step_overhead_per_seq_s: np.ndarray
+    step_overhead_per_moe_layer_s: np.ndarray
+    prompt_overhead_per_moe_layer_s: np.ndarray
     frontend_latency_s: np.ndarray
     prefill_wave_fraction: np.ndarray
 

@@ -6,8 +6,9 @@ Why joint
 A constant belongs to what causes it. Achieved HBM bandwidth, FLOP efficiency and link
 efficiency belong to the silicon (H100 and H200 share the GH100 die, B200/B300/GB200 share
 Blackwell), and to the kernels of a weight precision on it; per-step host overhead
-(``a + b x layers``), all-reduce latency, front-end latency and how coherent closed-loop waves
-stay belong to the serving engine and its release. Each measured point is predicted with
+(``a + b x layers + c x MoE layers``, and a MoE layer's eager cost on prompt steps), all-reduce
+latency, front-end latency and how coherent closed-loop waves stay belong to the serving
+engine and its release. Each measured point is predicted with
 ``compose(silicon node of its generation x precision, engine node of its family x release)``,
 so a GPU with few points borrows strength from its generation, and a new release from its
 family, instead of borrowing another engine's whole profile. Two GPUs of one generation get
@@ -47,9 +48,23 @@ front end at ``FRONTEND_GATE_S`` (30 ms), not the prior's 10 ms: TTFTs of a few 
 barely move with a 10 ms front end, so at the prior no engine's points could measure one of
 60-130 ms (SGLang's, measured 150-160 ms TTFTs of 900-token prompts at one client on 8x B200
 where the prefill is ~50 ms); the gap then went to slower prefill communication (Hopper link
-0.41, against 0.49 with the front end fitted). Bounds (``CONSTANT_BOUNDS``) are
-physical; a free constant that ends within 1 % of one is a *bound hit*, reported per node
-(``JointFit.bound_hits``) and carried into the quality of every profile that uses the node.
+0.41, against 0.49 with the front end fitted). A MoE layer's host cost on prompt steps is
+judged the same way, at ``PROMPT_MOE_GATE_S`` (1 ms) and alone, the others at their priors:
+judged together, a 1 ms MoE-layer cost inflates every MoE prediction and so shrinks every
+other constant's share of it (vLLM's points, mostly MoE, then measured none of its constants).
+
+Why the MoE terms: a lone prompt of ~230 tokens measured 27 ms on SGLang and 45 ms on
+TensorRT-LLM 1.2 for Qwen3-8B on one H100 (GPUStack), against 150-160 ms for ~900 tokens of
+DeepSeek-R1 on 8x B200 at one client (InferenceX). With one front end per engine the fit put
+60-70 ms into it, and a small dense model's TTFT came out 2-3x too slow; a cost per MoE
+layer of a prompt step (run eagerly: router, permutes and expert launches on the host) lets
+the DeepSeek runs carry it (SGLang ~0.7 ms per layer, front end ~20 ms). The decode-step
+counterpart moves MoE models' TPOT at a few clients, which a per-layer cost shared with
+dense models could only fit by making small dense models ~25 % too slow.
+
+Bounds (``CONSTANT_BOUNDS``) are physical; a free constant that ends within 1 % of one is a
+*bound hit*, reported per node (``JointFit.bound_hits``) and carried into the quality of every
+profile that uses the node.
 
 The Jacobian is sparse (a point depends on two leaves and their parents), so
 ``scipy.optimize.least_squares`` gets ``jac_sparsity`` and perturbs unrelated nodes together.
@@ -75,6 +90,8 @@ ENGINE_CONSTANTS = (
     "step_overhead_s",
     "step_overhead_per_layer_s",
     "step_overhead_per_seq_s",
+    "step_overhead_per_moe_layer_s",
+    "prompt_overhead_per_moe_layer_s",
     "allreduce_latency_s",
     "frontend_latency_s",
     "prefill_wave_fraction",
@@ -92,23 +109,30 @@ CONSTANT_BOUNDS: dict[str, tuple[float, float]] = {
     "step_overhead_s": (1e-4, 0.03),
     "step_overhead_per_layer_s": (1e-6, 5e-4),
     "step_overhead_per_seq_s": (1e-7, 2e-4),
+    "step_overhead_per_moe_layer_s": (1e-6, 1e-3),
+    "prompt_overhead_per_moe_layer_s": (1e-6, 5e-3),
     "allreduce_latency_s": (1e-6, 1e-4),
     "frontend_latency_s": (1e-4, 1.0),
     "prefill_wave_fraction": (0.01, 1.0),
 }
 
 #: The physics prior every node is pulled toward: datasheet-relative efficiencies typical of
-#: tuned kernels, ~1.5 ms + 30 us/layer host overhead (a 32-layer 8B step ~2.5 ms, an
-#: 80-layer 70B step ~3.9 ms), 10 ms front end, waves half coherent.
+#: tuned kernels, ~0.7 ms + 30 us/layer host overhead (a 32-layer 8B step ~1.7 ms, an
+#: 80-layer 70B step ~3.1 ms; the engines whose points measure it fit 0.47-0.76 ms, where
+#: 1.5 ms left an 8B decode step ~1 ms slower than measured on the engines whose points do
+#: not), 30 us more per MoE layer and 0.1 ms per MoE layer on an eager prompt step, 10 ms
+#: front end, waves half coherent.
 PRIOR = Calibration(
     name="physics defaults",
     eta_mem=0.80,
     eta_flop_decode=0.60,
     eta_flop_prefill=0.55,
     link_efficiency=0.70,
-    step_overhead_s=1.5e-3,
+    step_overhead_s=0.7e-3,
     step_overhead_per_layer_s=3e-5,
     step_overhead_per_seq_s=1e-5,
+    step_overhead_per_moe_layer_s=3e-5,
+    prompt_overhead_per_moe_layer_s=1e-4,
     allreduce_latency_s=8e-6,
     frontend_latency_s=0.010,
     prefill_wave_fraction=0.5,
@@ -119,6 +143,18 @@ MIN_SENSITIVITY = 1e-3
 #: The front end the sensitivity gate judges at: TTFTs of a few hundred ms barely move with
 #: a 10 ms front end, so at the prior no engine's points would ever measure one of 100 ms.
 FRONTEND_GATE_S = 0.030
+#: A MoE layer's eager host cost on prompt steps is judged at 1 ms, not its 0.1 ms prior, which
+#: moves a lone DeepSeek-R1 TTFT by 4 % where measured gaps of 50-100 ms call for ~1 ms per
+#: layer (judged alone: the other constants keep the prior's, see ``fit_joint``)
+PROMPT_MOE_GATE_S = 1e-3
+#: The fixed step overhead is judged at 1.5 ms, a typical engine's, not the 0.7 ms prior: a
+#: prior half as large halves every point's sensitivity and quarters ``n_eff``, and would hold
+#: every engine at the prior whatever its points say
+STEP_OVERHEAD_GATE_S = 1.5e-3
+GATE_VALUES = {
+    "prompt_overhead_per_moe_layer_s": PROMPT_MOE_GATE_S,
+    "step_overhead_s": STEP_OVERHEAD_GATE_S,
+}
 MIN_EFFECTIVE_POINTS = 2.0  # see the module docstring; 2-5 give the same CV errors, 1 not
 BOUND_TOLERANCE_LOG = 0.01
 
@@ -283,13 +319,18 @@ def fit_joint(
         for node in nodes:
             members[node].append(i)
 
-    # judged at a typical front end, not the prior's (see FRONTEND_GATE_S)
+    # judged at a typical front end, not the prior's (see FRONTEND_GATE_S); a MoE layer's
+    # prompt-step cost at its own typical value, which only its own judgement sees (at 1 ms
+    # per layer a MoE model's every prediction grows, and every other constant's share of it
+    # would shrink: vLLM's points, mostly MoE, then measured none of its constants)
     judged = dataclasses.replace(PRIOR, frontend_latency_s=FRONTEND_GATE_S)
     reference = np.log(predict([judged] * n))
     sensitivity = {}
     for name in FITTED_CONSTANTS:
-        moved = dataclasses.replace(judged, **{name: getattr(judged, name) * math.exp(0.05)})
-        sensitivity[name] = np.abs(np.log(predict([moved] * n)) - reference) / 0.05
+        at = dataclasses.replace(judged, **{name: GATE_VALUES.get(name, getattr(judged, name))})
+        base = reference if at == judged else np.log(predict([at] * n))
+        moved = dataclasses.replace(at, **{name: getattr(at, name) * math.exp(0.05)})
+        sensitivity[name] = np.abs(np.log(predict([moved] * n)) - base) / 0.05
     usable = np.isfinite(reference) & (measured > 0)
 
     params: list[tuple[str, str]] = []  # (node, constant)

@@ -277,6 +277,14 @@ class Calibration:
     step_overhead_per_seq_s : per-step cost per decoding sequence (scheduling its slot,
         sampling its token, detokenizing), so a step of B sequences costs
         ``step_overhead_s + step_overhead_per_layer_s * L + step_overhead_per_seq_s * B``.
+    step_overhead_per_moe_layer_s : the extra per-step cost of a mixture-of-experts layer
+        over a dense one (router, top-k, token permute/unpermute and the grouped GEMMs'
+        launches: several kernels a dense MLP does not run), times ``num_moe_layers``.
+    prompt_overhead_per_moe_layer_s : host cost per MoE layer of a step that carries prompt
+        tokens. Engines replay decode-only steps from CUDA graphs but run prompt (extend or
+        mixed) steps eagerly, where each MoE layer's router, permutes and expert launches
+        are paid on the host: ``num_moe_layers * prompt_overhead_per_moe_layer_s`` per such
+        step, on top of ``step_overhead_total_s``.
     frontend_latency_s : fixed latency an engine adds to every request's first token
         (HTTP/tokenizer front-end, scheduler admission); part of TTFT only.
     prefill_wave_fraction : how coherent closed-loop waves of re-arriving prompts stay
@@ -302,6 +310,8 @@ class Calibration:
     link_efficiency: float = 0.70
     step_overhead_per_layer_s: float = 0.0
     step_overhead_per_seq_s: float = 0.0
+    step_overhead_per_moe_layer_s: float = 0.0
+    prompt_overhead_per_moe_layer_s: float = 0.0
     frontend_latency_s: float = 0.0
     prefill_wave_fraction: float = 0.0
     relative_error: float = 0.25  # +-band carried through the chain when no fit exists

@@ -35,8 +35,11 @@ Pipeline parallelism: decode keeps PP micro-batches of ``B / PP`` sequences in f
 virtual engines), so each stage reads its ``1/PP`` of the weights for ``B / PP`` sequences and
 a token crosses all stages: ``step_s = PP * stage_s + (PP - 1) * hop_s + overhead_s`` with
 ``overhead_s = step_overhead_s + step_overhead_per_layer_s * num_layers
-+ step_overhead_per_seq_s * B`` (host-side cost: the scheduler loop, kernel launches and
-their gaps, which grow with the layers, and per running sequence its bookkeeping and sampling).
++ step_overhead_per_moe_layer_s * num_moe_layers + step_overhead_per_seq_s * B`` (host-side
+cost: the scheduler loop, kernel launches and their gaps, which grow with the layers and more
+with a MoE layer's router and expert kernels, and per running sequence its bookkeeping and
+sampling); a step carrying prompt tokens runs eagerly and adds
+``prompt_overhead_per_moe_layer_s * num_moe_layers`` (``prompt_overhead_s``).
 In steady decode there is no bubble. Per token this costs ``W / BW + B * KV / (PP * BW)``:
 each micro-batch re-reads the weights (PP does not shrink the weight term, TP does) while the
 cache is spread over PP GPUs' bandwidth; no all-reduces, one activation hop per boundary.
@@ -357,13 +360,23 @@ def pp_hop_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
 def step_overhead_total_s(c: CandidateArrays, sequences: np.ndarray | float = 0.0) -> np.ndarray:
     """Host cost of one engine step of ``sequences`` decoding sequences (s):
 
-    ``step_overhead_s + step_overhead_per_layer_s * L + step_overhead_per_seq_s * B``,
-    a fixed part (scheduler loop), one that grows with the kernels a step launches, i.e.
-    with the layers (8B: 32 layers, 405B: 126), and one per running sequence (its slot's
+    ``step_overhead_s + step_overhead_per_layer_s * L + step_overhead_per_moe_layer_s * L_moe
+    + step_overhead_per_seq_s * B``, a fixed part (scheduler loop), one that grows with the
+    kernels a step launches, i.e. with the layers (8B: 32 layers, 405B: 126) and more with
+    the MoE layers (DeepSeek-V3: 58 of 61), and one per running sequence (its slot's
     bookkeeping, sampling and detokenizing its token). A prefill-only step has B = 0.
     """
     fixed = c.step_overhead_s + c.step_overhead_per_layer_s * c.num_layers
+    fixed = fixed + c.step_overhead_per_moe_layer_s * c.num_moe_layers
     return fixed + c.step_overhead_per_seq_s * np.asarray(sequences, dtype=np.float64)
+
+
+def prompt_overhead_s(c: CandidateArrays) -> np.ndarray:
+    """Extra host cost of a step that carries prompt tokens (s):
+    ``prompt_overhead_per_moe_layer_s * num_moe_layers``. Decode-only steps replay CUDA
+    graphs; prompt steps run eagerly, and a MoE layer's router, permutes and expert launches
+    then cost host time (0 for a dense model)."""
+    return c.prompt_overhead_per_moe_layer_s * c.num_moe_layers
 
 
 @dataclass(frozen=True)
@@ -397,6 +410,8 @@ def decode_step(
     stage = stage_cost(c, b / c.pp, context_tokens, pre / c.pp, prompt_tokens)
     hop = pp_hop_s(c, (b * verify_tokens_per_sequence(c) + pre) / c.pp)
     overhead = step_overhead_total_s(c, b)
+    if np.any(pre > 0):  # decode-only grids skip the all-zero term
+        overhead = overhead + np.where(pre > 0, prompt_overhead_s(c), 0.0)
     step = _pipeline_s(c, stage.stage_s, hop) + overhead
     draft = 0.0
     if drafts(c) or serves_adapters(c):  # else both are all 0: skip adding them
@@ -437,5 +452,6 @@ def prefill_time(c: CandidateArrays, prompt_tokens: np.ndarray) -> PrefillTime:
     n_chunks = np.ceil(p / chunk)
     stage = stage_cost(c, 0.0, 0.0, chunk, p)  # the whole chunk crosses every stage
     hop = pp_hop_s(c, chunk)
-    total = (n_chunks + c.pp - 1) * (stage.stage_s + hop) + n_chunks * step_overhead_total_s(c)
+    overhead = step_overhead_total_s(c) + prompt_overhead_s(c)
+    total = (n_chunks + c.pp - 1) * (stage.stage_s + hop) + n_chunks * overhead
     return PrefillTime(chunk_tokens=chunk, n_chunks=n_chunks, stage=stage, prefill_s=total)

@@ -264,9 +264,11 @@ def test_shipped_row_counts(shipped):
     rows, skipped = shipped["measured.csv"]
     assert (len(rows), len(skipped)) == (1209, 34)
     assert Counter(entry.field for entry in skipped) == {"isl": 31, "osl": 3}
-    # measured-concurrency.csv: 8,559 rows, all readable
+    # measured-concurrency.csv: 10,089 rows; the 10 of a GPUStack block served with AWQ
+    # weights (no bit width given) have no precision the model knows
     rows, skipped = shipped["measured-concurrency.csv"]
-    assert (len(rows), len(skipped)) == (8559, 0)
+    assert (len(rows), len(skipped)) == (10079, 10)
+    assert Counter(entry.field for entry in skipped) == {"weight_precision": 10}
 
 
 def test_plain_fit_exclusions_on_measured_csv(shipped):
@@ -309,33 +311,43 @@ def test_an_open_loop_run_above_saturation_is_left_out_at_that_rate_only(shipped
 def test_plain_fit_exclusions_on_measured_concurrency_csv(shipped):
     rows, _ = shipped["measured-concurrency.csv"]
     kept, excluded = m.plain_fit_rows(rows)
-    assert len(kept) == 1613
+    assert len(kept) == 1668
     assert Counter(reason for _, reason in excluded) == {
         m.EXCLUDE_DISAGGREGATED: 3057,
-        m.EXCLUDE_SPECULATIVE: 1536,
-        m.EXCLUDE_OTHER_STATISTIC: 864,
+        m.EXCLUDE_SPECULATIVE: 1686,
+        m.EXCLUDE_OFFLINE_BURST: 1210,
+        m.EXCLUDE_OTHER_STATISTIC: 929,
         m.EXCLUDE_NOT_PREDICTED: 713,
         m.EXCLUDE_DERIVED: 352,
         m.EXCLUDE_OLDER_RUN: 264,
         m.EXCLUDE_ITL_PER_CHUNK: 80,
         m.EXCLUDE_OSL_NOT_FIXED: 80,
+        m.EXCLUDE_OTHER_LAUNCH: 40,
     }
     assert Counter(row.metric for row in kept) == {
-        "tpot_ms": 416,
-        "ttft_ms": 300,
-        "ttft_ms_p99": 300,
-        "tpot_ms_p99": 300,
-        "output_tok_s_per_gpu": 297,
+        "tpot_ms": 427,
+        "ttft_ms": 311,
+        "ttft_ms_p99": 311,
+        "tpot_ms_p99": 311,
+        "output_tok_s_per_gpu": 308,
     }
+    # GPUStack's closed-loop runs stay: 11 conditions x (TTFT, TPOT, throughput, two p99s)
+    gpustack = [row for row in kept if row.source.startswith("gpustack/gpustack:")]
+    assert len(gpustack) == 55
+    assert all(row.concurrency for row in gpustack)
 
 
 def test_disaggregated_and_speculative_rows_match_the_notes(shipped):
     rows, _ = shipped["measured-concurrency.csv"]
-    # the notes' per-engine table: 3,057 rows disaggregated; 2,808 rows run MTP/EAGLE
+    # the notes' per-engine table: 3,057 rows disaggregated; 2,808 rows run MTP/EAGLE, and
+    # GPUStack's EAGLE3 and MTP blocks 150 more
     assert sum(row.disaggregated for row in rows) == 3057
-    assert sum(row.speculative for row in rows) == 2808
-    # and the flags agree with the engine column alone
-    assert all(row.speculative == ("MTP" in row.engine) for row in rows)
+    assert sum(row.speculative for row in rows) == 2808 + 150
+    # and the flags agree with the engine column alone (InferenceX names MTP there; GPUStack
+    # names the launch flag)
+    assert all(
+        row.speculative == ("MTP" in row.engine or "--speculative" in row.engine) for row in rows
+    )
 
 
 def test_negated_phrases_do_not_flag(shipped_by_id):
@@ -345,6 +357,33 @@ def test_negated_phrases_do_not_flag(shipped_by_id):
     assert shipped_by_id["m1224"].speculative
     # "non disaggregated ... GPU pool" in a blog table title
     assert not shipped_by_id["c7164"].disaggregated
+
+
+def test_an_offline_burst_of_few_or_drawn_length_requests_is_left_out():
+    # given three offline serving-benchmark runs: 500 fixed-length requests, 5,000 of them,
+    # and a ShareGPT burst; and a closed-loop ShareGPT run
+    offline = "offline (request rate inf, all requests at once)"
+    rows = _read(
+        {"concurrency_or_rate": offline, "notes": "dataset random (500 requests)"},
+        {"concurrency_or_rate": offline, "notes": "dataset random (5000 requests)"},
+        {"concurrency_or_rate": offline, "notes": "dataset ShareGPT (--num-prompts 2000)"},
+        {"concurrency_or_rate": "concurrency=4", "notes": "dataset ShareGPT (100 requests)"},
+    )
+    # then the few-request and the drawn-length bursts are left out, the rest kept
+    reasons = [m.exclusion_reason(row) for row in rows]
+    assert reasons == [m.EXCLUDE_OFFLINE_BURST, "", m.EXCLUDE_OFFLINE_BURST, ""]
+
+
+def test_a_tuned_launch_repeating_a_point_yields_to_the_first():
+    # given one source's default launch and a tuned one of the same engine, same condition
+    default, tuned = _read(
+        {"engine": "SGLang v0.5.3"},
+        {"engine": "SGLang v0.5.3 (--attention-backend triton)", "value": "9999"},
+    )
+    # then the first block is kept and the tuned one is named as another launch
+    kept, excluded = m.plain_fit_rows([default, tuned])
+    assert kept == [default]
+    assert excluded == [m.Excluded(tuned, m.EXCLUDE_OTHER_LAUNCH)]
 
 
 def test_exclude_reason_column_matches_the_code(shipped):
@@ -414,8 +453,9 @@ def test_every_shipped_gpu_resolves_or_is_listed():
     gpus = _shipped_names("gpu")
     unresolved = {name for name in gpus if catalog.gpu_slug(name) is None}
     assert unresolved == set(m.UNCATALOGUED_GPUS)
-    # 12 names: 11 resolve (9,714 rows, GB300's 618 among them); Gaudi 3 (88) is not in the catalog
-    assert (len(gpus), sum(gpus[name] for name in unresolved)) == (12, 88)
+    # 15 names (GPUStack's "H100", "H200", "A100" among them): 14 resolve (GB300's 618 rows
+    # among them); Gaudi 3 (88) is not in the catalog
+    assert (len(gpus), sum(gpus[name] for name in unresolved)) == (15, 88)
     assert catalog.gpu_slug("H100 PCIe") == "h100_pcie" and catalog.gpu_slug("H100") == "h100_sxm"
 
 
@@ -424,8 +464,9 @@ def test_every_shipped_model_resolves_or_is_listed():
     models = _shipped_names("model")
     unresolved = {name for name in models if catalog.model_slug(name) is None}
     assert unresolved == set(m.UNCATALOGUED_MODELS)
-    # 26 names: 20 resolve (9,596 rows); 6 are not in the catalog (206 rows)
-    assert (len(models), sum(models[name] for name in unresolved)) == (26, 206)
+    # 30 names (GPUStack's Qwen3-8B/32B/235B-A22B and gpt-oss-20b among the new): 24
+    # resolve; 6 are not in the catalog (206 rows)
+    assert (len(models), sum(models[name] for name in unresolved)) == (30, 206)
     assert catalog.model_slug("DeepSeek-R1-0528") == "deepseek-r1"
     assert catalog.model_slug("meta-llama/Llama-3.1-8B-Instruct") == "llama-3.1-8b"
 

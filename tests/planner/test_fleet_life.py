@@ -17,7 +17,9 @@ def run(catalog):
     scenario = make_scenario(
         **SMALL,
         cold_start={"weights_source": "nvme", "weights_gb_s": 5.0},
-        autoscaling={"min_replicas": 1, "burst_ramp_rps_per_s": 0.5},
+        # a ramp steep enough to outrun a cold start without the warm pool (at 0.5 req/s per
+        # s the replicas' own headroom absorbs it since the MoE-term refit)
+        autoscaling={"min_replicas": 1, "burst_ramp_rps_per_s": 2.0},
         ownership={"capex_usd_per_node": 300_000},
     )
     return services.sizing_run_start(scenario=scenario)

@@ -83,10 +83,10 @@ def test_constants_the_data_do_not_exercise_stay_at_the_prior():
 
 
 def test_fit_with_fewer_points_than_constants_is_refused():
-    # given two points and ten constants
+    # given two points and the twelve constants
     points = measured_by(grid_points()[:2], TRUE)
     # when fitting all constants, then the fit is refused with the reason
-    with pytest.raises(cal.CalibrationRefused, match="2 usable points for 10 constants"):
+    with pytest.raises(cal.CalibrationRefused, match="2 usable points for 12 constants"):
         cal.fit_calibration(points, constants=cal.FITTED_CONSTANTS)
 
 

@@ -13,6 +13,7 @@ from sizing.steptime import (
     decode_step,
     expected_distinct_experts,
     prefill_time,
+    prompt_overhead_s,
     ring_allreduce_s,
     stage_cost,
 )
@@ -203,3 +204,49 @@ def test_a_scalar_rows_remembered_terms_stay_with_that_row():
     np.testing.assert_array_equal(again, first)
     np.testing.assert_array_equal(derived, decode_step(fresh, decodes, 1500.0, 512.0, 700.0).step_s)
     assert not np.array_equal(derived, first)
+
+
+def test_moe_layers_add_their_own_step_cost_and_more_on_prompt_steps():
+    # given DeepSeek-V3 (61 layers, 58 of them MoE) on 8x B200 fp8, with 1 ms fixed, 20 us
+    # per layer, 40 us per MoE layer on every step and 0.8 ms per MoE layer on prompt steps
+    cal = Calibration(
+        step_overhead_s=1e-3,
+        step_overhead_per_layer_s=2e-5,
+        step_overhead_per_moe_layer_s=4e-5,
+        prompt_overhead_per_moe_layer_s=8e-4,
+    )
+    c = CandidateArrays.build(DEEPSEEK_V3, B200, "fp8", tp=8, calibration=cal)
+    rows = c.take(np.zeros(2, dtype=int))
+    # when one decode-only step and one carrying a 512-token chunk are costed
+    st = decode_step(rows, np.array([8.0, 8.0]), 1000.0, np.array([0.0, 512.0]), 512.0)
+    # then the decode step's host cost is 1 ms + 61 * 20 us + 58 * 40 us = 4.54 ms, and the
+    # prompt step's adds 58 * 0.8 ms = 46.4 ms (eager MoE layers): 50.94 ms
+    assert st.overhead_s == pytest.approx([4.54e-3, 50.94e-3])
+    assert prompt_overhead_s(c) == pytest.approx([46.4e-3])
+    # and a prompt prefilled alone pays it once per chunk
+    alone = prefill_time(c, np.array([512.0]))
+    assert alone.n_chunks == pytest.approx([1.0])
+    no_prompt_cost = prefill_time(
+        CandidateArrays.build(
+            DEEPSEEK_V3,
+            B200,
+            "fp8",
+            tp=8,
+            calibration=replace(cal, prompt_overhead_per_moe_layer_s=0.0),
+        ),
+        np.array([512.0]),
+    )
+    assert alone.prefill_s - no_prompt_cost.prefill_s == pytest.approx([46.4e-3])
+
+
+def test_a_dense_model_pays_no_moe_step_cost():
+    # given Llama 70B (dense) with the MoE terms set
+    cal = Calibration(
+        step_overhead_s=1e-3,
+        step_overhead_per_moe_layer_s=4e-5,
+        prompt_overhead_per_moe_layer_s=8e-4,
+    )
+    c = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=8, calibration=cal)
+    st = decode_step(c, np.array([4.0]), 1000.0, np.array([512.0]), 512.0)
+    # then its host cost is the fixed 1 ms alone, on prompt steps too
+    assert st.overhead_s == pytest.approx([1e-3])
