@@ -74,7 +74,7 @@ class TailConstants:
     # fitted by scripts/tail_agreement.py (docs/tail-agreement.md) against the simulator at
     # 12,000 requests per probe: the three TPOT terms by the most grid points sized within
     # 10 % or 1 replica; the two TTFT terms are the physics' own (1)
-    tpot_spread: float = 0.95
+    tpot_spread: float = 1.1
     ttft_wait: float = 1.0
     ttft_base: float = 1.0
     tpot_mix: float = 0.7
