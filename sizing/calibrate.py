@@ -809,7 +809,8 @@ def _composed_keys(points: Sequence[FitPoint], fitted: set[ProfileKey]) -> list[
     """Keys no point measured, composed from the joint fit so a deployment borrows strength
     along the hierarchy instead of another engine's profile: every generation (those without
     points read their vendor's silicon, then the prior) x every engine family and release
-    seen anywhere, x each precision measured on the generation. H200 x SGLang with no SGLang
+    seen anywhere, x each precision measured on the generation (with and without a named
+    release). H200 x SGLang with no SGLang
     run on Hopper is Hopper's silicon with SGLang's engine constants, not Hopper x vLLM; an
     L4 (Ada, unmeasured) is NVIDIA's silicon with the engine's constants, not the defaults."""
     families = {p.engine for p in points}
@@ -824,7 +825,14 @@ def _composed_keys(points: Sequence[FitPoint], fitted: set[ProfileKey]) -> list[
         for family in families:
             keys.add(ProfileKey(place, family))
             keys |= {ProfileKey(place, family, prec) for prec in precisions[generation]}
-            keys |= {ProfileKey(place, e, ANY, r) for e, r in releases if e == family}
+            named = [r for e, r in releases if e == family]
+            keys |= {ProfileKey(place, family, ANY, r) for r in named}
+            # a named release x a measured precision: the precision's silicon leaf with the
+            # release's engine constants (the walk's first key), not the release's generation
+            # node (TensorRT-LLM 1.0 x bf16 on Hopper: eta_mem 0.77, not the generation's 0.60)
+            keys |= {
+                ProfileKey(place, family, prec, r) for r in named for prec in precisions[generation]
+            }
     return sorted(keys - fitted, key=lambda k: (k.gpu, k.engine, k.precision, k.version))
 
 

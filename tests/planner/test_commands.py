@@ -87,9 +87,9 @@ def test_predict_reads_an_unfitted_release_on_its_own_runtime(catalog, tmp_path)
     profiles = [row["profile"] for row in csv.DictReader(out.open())]
     # then 0.12 (TensorRT engines, never fitted) reads 0.20, the newest fitted release of its
     # runtime, not 1.3's PyTorch backend; a fitted release is its own; none is the newest
-    assert profiles[0] == "hopper / trtllm 0.20", profiles
+    assert profiles[0] == "hopper / trtllm 0.20 / bf16", profiles
     assert profiles[1] == "hopper / trtllm 0.14 / bf16"
-    assert profiles[2] == "hopper / trtllm 1.1"
+    assert profiles[2] == "hopper / trtllm 1.1 / bf16"
     assert profiles[3].startswith("hopper / trtllm 1.3")
 
 

@@ -187,6 +187,31 @@ def test_a_runtime_with_no_fitted_release_reads_its_own_family_node():
     assert label == "hopper / trtllm 0.14 / fp8"
 
 
+def test_a_named_release_at_an_unmeasured_precision_reads_that_precisions_silicon():
+    # given vLLM measured at fp8 and bf16, their silicon far apart (bf16 kernels stream HBM
+    # at 0.80, fp8 at 0.50), and TensorRT-LLM 1.3 measured at fp8 only
+    fp8, bf16 = (
+        dataclasses.replace(TRUE, eta_mem=0.50),
+        dataclasses.replace(TRUE, eta_mem=0.80),
+    )
+    points = (
+        measured_by(grid_points(), fp8)
+        + measured_by(grid_points(weight_precision="bf16", kv_precision="bf16"), bf16)
+        + measured_by(
+            [dataclasses.replace(p, engine="trtllm", engine_release="1.3") for p in grid_points()],
+            fp8,
+        )
+    )
+    profiles = cal.fit_profiles(points)
+    # when TensorRT-LLM 1.3 is asked for at bf16, then the walk's first key answers: Hopper's
+    # bf16 silicon with 1.3's engine constants, not the release's generation-level profile
+    calibration, label = profiles.select("h100_sxm", "trtllm", "bf16", "hopper", "1.3")
+    assert label == "hopper / trtllm 1.3 / bf16"
+    leaf = profiles.joint.resolve("silicon:hopper/bf16", "eta_mem")
+    assert calibration.eta_mem == pytest.approx(leaf)
+    assert calibration.eta_mem > 0.7
+
+
 def test_a_gpu_with_one_point_borrows_its_generation_and_shares_its_constants():
     # given plenty of H100 points and a single H200 point
     h100 = measured_by(grid_points(), TRUE)
