@@ -644,9 +644,6 @@ def _text_flags(engine: str, notes: str, raw_metric: str, source_version: str) -
         flags.add("osl_not_fixed")
     if _VARIABLE_LENGTHS_RE.search(notes):
         flags.add("variable_lengths")
-    burst = _BURST_REQUESTS_RE.search(notes)
-    if "variable_lengths" in flags or (burst and int(max(burst.groups(""))) <= BURST_MAX_REQUESTS):
-        flags.add("offline_burst")  # an exclusion only on offline rows (the rule's test)
     if "typo" in notes.lower():
         flags.add("suspected_typo")
     if "outlier-prone" in notes:
@@ -673,6 +670,13 @@ def _inferencex_flags(notes: str, raw_metric: str, source_version: str) -> set[s
     if raw_metric == "tok_s_per_user" and notes.startswith(("method A", "method C")):
         flags.add("derived_from_tpot")  # InferenceX interactivity = 1000 / TPOT
     return flags
+
+
+def _few_or_drawn_requests(notes: str, flags: set[str]) -> bool:
+    """Whether a run's requests were drawn-length or at most ``BURST_MAX_REQUESTS``."""
+    count = _BURST_REQUESTS_RE.search(notes)
+    few = count is not None and int(max(count.groups(""))) <= BURST_MAX_REQUESTS
+    return few or "variable_lengths" in flags
 
 
 def measurement_from_row(raw: Mapping[str, Any], *, line: int, row_id: str = "") -> Measurement:
@@ -716,6 +720,8 @@ def _build(raw: Mapping[str, Any], line: int, row_id: str) -> Measurement:
     engine, notes = _cell(raw, "engine"), _cell(raw, "notes")
     version, raw_metric = _cell(raw, "source_date_or_version"), _cell(raw, "metric")
     flags |= _text_flags(engine, notes, raw_metric, version)
+    if "offline" in flags and _few_or_drawn_requests(notes, flags):
+        flags.add("offline_burst")
     if "disaggregated" in flags and spec.metric == "output_tok_s_per_gpu":
         flags.add("per_decode_gpu")
     return Measurement(
@@ -880,7 +886,7 @@ _RULES: tuple[tuple[Callable[[Measurement], bool], str], ...] = (
     (lambda row: row.speculative, EXCLUDE_SPECULATIVE),
     (lambda row: not row.predicted, EXCLUDE_NOT_PREDICTED),
     (lambda row: "osl_not_fixed" in row.flags, EXCLUDE_OSL_NOT_FIXED),
-    (lambda row: row.offline and "offline_burst" in row.flags, EXCLUDE_OFFLINE_BURST),
+    (lambda row: "offline_burst" in row.flags, EXCLUDE_OFFLINE_BURST),
     (lambda row: "suspected_typo" in row.flags, EXCLUDE_TYPO),
     (lambda row: "itl_per_chunk" in row.flags, EXCLUDE_ITL_PER_CHUNK),
     (lambda row: "derived_from_tpot" in row.flags, EXCLUDE_DERIVED),
