@@ -190,6 +190,7 @@ def scalar_point(
     eng = eng or EngineSettings()
     cal = cal or Calibration()
     from sizing.precision import (
+        attention_peak_flops,
         default_kv_precision,
         kv_bytes_per_element,
         peak_flops,
@@ -199,6 +200,7 @@ def scalar_point(
     b_w = weight_bytes_per_param(weight)
     b_kv = kv_bytes_per_element(default_kv_precision(weight))
     peak = peak_flops(g, weight)
+    peak_attention = attention_peak_flops(g, default_kv_precision(weight))
     p_routed = m.num_experts * m.params_per_expert * m.num_moe_layers
     p_hp = m.embedding_params * (1 if m.tie_word_embeddings else 2)
     nonexp = (m.total_params - p_routed - p_hp) * b_w + p_hp * max(b_w, 2.0)
@@ -266,10 +268,12 @@ def scalar_point(
         att_dec = m.n_full_layers * ctx + m.sliding_window_layers * cw
         att_pre = m.n_full_layers * 0.5 * p + m.sliding_window_layers * mean_win
         a_pre = 4.0 * m.num_attention_heads * m.head_dim
-        f_dec = (2 * matmul * dec + dec * a_dec * att_dec) / (tp * pp)
-        f_pre = (2 * matmul * pre + pre * a_pre * att_pre) / (tp * pp)
+        gemm_dec, attn_dec = 2 * matmul * dec / (tp * pp), dec * a_dec * att_dec / (tp * pp)
+        gemm_pre, attn_pre = 2 * matmul * pre / (tp * pp), pre * a_pre * att_pre / (tp * pp)
         mem_s = byts / (g.hbm_bandwidth_tb_s * 1e12 * cal.eta_mem)
-        flop_s = f_dec / (peak * cal.eta_flop_decode) + f_pre / (peak * cal.eta_flop_prefill)
+        flop_s = (gemm_dec / peak + attn_dec / peak_attention) / cal.eta_flop_decode + (
+            gemm_pre / peak + attn_pre / peak_attention
+        ) / cal.eta_flop_prefill
         comm = 0.0
         if tp > 1:
             msg = tokens * m.hidden_size * 2.0

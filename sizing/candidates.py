@@ -19,6 +19,8 @@ import numpy as np
 
 from sizing.precision import (
     PRECISIONS,
+    attention_compute_precision,
+    attention_peak_flops,
     compute_precision,
     default_kv_precision,
     kv_bytes_per_element,
@@ -297,6 +299,8 @@ class CandidateArrays:
     #: dense peak the routed experts' GEMMs run at: their own precision's (fp4 experts on a
     #: B200 run fp4 GEMMs while bf16 attention runs bf16 ones), else ``peak_flops``
     expert_peak_flops: np.ndarray
+    #: dense peak attention runs at: the KV cache's precision's (fp8 or bf16, never fp4)
+    attention_peak_flops: np.ndarray
     #: the vision encoder's peak: bf16 (engines leave the vision tower unquantized)
     vision_peak_flops: np.ndarray
     # parallelism
@@ -502,6 +506,9 @@ class CandidateArrays:
         cols["peak_flops"] = peaks[gpu_index, w_code]
         cols["expert_peak_flops"] = peaks[gpu_index, e_code]
         cols["vision_peak_flops"] = peaks[gpu_index, PRECISIONS.index("bf16")]
+        attn = np.array([[attention_peak_flops(g, p) for p in PRECISIONS] for g in gpus])
+        attn = attn[gpu_index, kv_code]
+        cols["attention_peak_flops"] = np.where(attn > 0, attn, cols["peak_flops"])
         for name, v in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp)):
             cols[name] = np.broadcast_to(np.asarray(v, dtype=np.int64), (n,)).copy()
         cols["prefix_tokens"] = np.zeros(n)
@@ -585,6 +592,9 @@ class CandidateArrays:
 
     def expert_compute_precision(self, i: int) -> str:
         return compute_precision(self.gpus[self.gpu_index[i]], self.expert_precision(i))
+
+    def attention_compute_precision(self, i: int) -> str:
+        return attention_compute_precision(self.gpus[self.gpu_index[i]], self.kv_precision(i))
 
     @property
     def gpus_per_instance(self) -> np.ndarray:

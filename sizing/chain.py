@@ -622,13 +622,26 @@ def _operating_steps(
         q("eta_flop_decode", c.eta_flop_decode[i], ""),
     ]
     flops_e = float(np.broadcast_to(st.flops_expert_decode, np.shape(st.flop_s))[i])
+    flops_a = float(np.broadcast_to(st.flops_attention_decode, np.shape(st.flop_s))[i])
+    own_attention = c.attention_peak_flops[i] != c.peak_flops[i]
+    gemm, parts = "flops", []
     if flops_e > 0:  # the routed experts' FLOPs at their own peak
-        flop_formula = "((flops - flops_e) / F + flops_e / F_e) / eta_flop_decode * 1e3"
+        gemm, parts = gemm + " - flops_e", [*parts, "flops_e / F_e"]
         flop_in += [
             q("flops_e", flops_e, "FLOP per GPU (2 * k * params_per_expert * L_moe * T)"),
             q("F_e", c.expert_peak_flops[i], "FLOP/s"),
             q("expert_compute_precision", c.expert_compute_precision(i), ""),
         ]
+    if own_attention and flops_a > 0:  # attention at its cache's precision's peak
+        gemm, parts = gemm + " - flops_a", [*parts, "flops_a / F_a"]
+        flop_in += [
+            q("flops_a", flops_a, "FLOP per GPU (attention: QK^T and PV over the context)"),
+            q("F_a", c.attention_peak_flops[i], "FLOP/s"),
+            q("attention_compute_precision", c.attention_compute_precision(i), ""),
+        ]
+    if parts:
+        terms = " + ".join([f"({gemm}) / F", *parts])
+        flop_formula = f"({terms}) / eta_flop_decode * 1e3"
     s.append(step("decode_flop_ms", flop_formula, flop_in, st.flop_s[i] * 1e3, "ms"))
     s.append(
         step(

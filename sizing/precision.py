@@ -12,6 +12,12 @@ fp8 weights run fp8 GEMMs; fp4 runs fp4 if the GPU has it, else fp8, else bf16; 
 weight-only (w4a16), dequantized into bf16 GEMMs; int8 uses int8 if present, else bf16; fp32
 runs at half the bf16 peak (tf32). A GPU with no peak for any of these gets NaN (no estimate).
 
+Attention (QK^T and PV) computes at its KV cache's precision, not the weights': an fp8 cache
+runs fp8 attention kernels (TensorRT-LLM's FP8 context FMHA and XQA, FlashAttention-3 FP8),
+a 4-bit cache is dequantized into fp8 ones, any other cache attends in bf16; no engine runs
+fp4 attention, so NVFP4 weights on a B200 run 9 PFLOP/s GEMMs beside 4.5 PFLOP/s attention
+(``attention_peak_flops``).
+
 mxfp4 (gpt-oss's experts) runs against MXFP8 activations at the fp8 peak on a GPU with
 block-scaled fp4 tensor cores (those with an fp4 peak), else weight-only at the bf16 peak:
 TensorRT-LLM's GPT-OSS deployment guide, MoE backend matrix: B200/GB200/B300/GB300 MXFP8
@@ -44,6 +50,33 @@ COMPUTE_FALLBACK: dict[str, tuple[str, ...]] = {
     "fp16": ("fp16", "bf16"),
     "fp32": ("fp32",),
 }
+
+
+#: Which dense peak attention (QK^T and PV) computes at, by KV-cache precision: an fp8 cache
+#: runs fp8 attention kernels, a 4-bit cache is dequantized into fp8 ones, anything else
+#: attends in bf16. Attention never runs fp4 GEMMs, whatever the weights are stored at.
+ATTENTION_FALLBACK: dict[str, tuple[str, ...]] = {
+    "fp8": ("fp8", "bf16", "fp16"),
+    "fp4": ("fp8", "bf16", "fp16"),
+    "mxfp4": ("fp8", "bf16", "fp16"),
+}
+
+
+def attention_compute_precision(gpu: GpuSpec, kv_precision: str) -> str:
+    """Name of the peak attention over a ``kv_precision`` cache runs at on ``gpu``."""
+    p = canonical_precision(kv_precision)
+    peaks = {k.lower(): v for k, v in gpu.dense_tflops.items() if v and v > 0}
+    for name in ATTENTION_FALLBACK.get(p, ("bf16", "fp16")):
+        if name in peaks:
+            return name
+    return ""
+
+
+def attention_peak_flops(gpu: GpuSpec, kv_precision: str) -> float:
+    """Dense peak FLOP/s attention over a ``kv_precision`` cache runs at (NaN if none)."""
+    name = attention_compute_precision(gpu, kv_precision)
+    peaks = {k.lower(): v for k, v in gpu.dense_tflops.items() if v and v > 0}
+    return peaks[name] * 1e12 if name else math.nan
 
 
 def weight_bytes_per_param(precision: str) -> float:

@@ -11,6 +11,12 @@ FLOPs ``2 * k * params_per_expert * L_moe * T`` run at that precision's peak ``F
 experts dequantize into bf16 GEMMs) and the rest at ``F``:
 ``flop_s = (flops - flops_e) / (F * eta) + flops_e / (F_e * eta)``.
 
+Attention (QK^T and PV, decode and prefill) runs at the peak ``F_a`` of its KV cache's
+precision (``precision.attention_peak_flops``: an fp8 cache fp8, a bf16 one bf16; no engine
+runs fp4 attention), the weights' GEMMs at ``F``:
+``flop_s = (flops - flops_a) / (F * eta) + flops_a / (F_a * eta)``. On Hopper with fp8 weights
+and cache ``F_a = F``; NVFP4 weights on a B200 run 9 PFLOP/s GEMMs and 4.5 PFLOP/s attention.
+
 Vision-language prompts (``sizing.vision``): each prefilled token carries
 ``vision_flops_per_prefill_token`` of encoder FLOPs (``2 * P_v * merge`` per image token,
 spread over the prompt), added to ``flops_pre`` and timed at the bf16 peak ``F_bf16``.
@@ -121,6 +127,10 @@ class StageCost:
     flops_expert_prefill: np.ndarray | float = 0.0
     #: the routed experts' part of weight_bytes (at their own bytes per param)
     expert_weight_bytes: np.ndarray | float = 0.0
+    #: attention's share of flops_decode / flops_prefill (QK^T and PV), timed at the
+    #: attention peak ``F_a`` (the KV cache's precision's; ``F`` where they are the same)
+    flops_attention_decode: np.ndarray | float = 0.0
+    flops_attention_prefill: np.ndarray | float = 0.0
 
     @property
     def bytes(self) -> np.ndarray:
@@ -223,12 +233,10 @@ def stage_cost(
     mean_full, mean_win = prefill_mean_context(c, prompt_tokens)
     attended_pre = c.full_layers * mean_full + c.sliding_layers * mean_win
     matmul_params = c.active_params - untied_embedding_params(c)
-    flops_dec = (
-        2.0 * matmul_params * dec + dec * attention_flops_per_context_token(c, True) * attended_dec
-    ) / shard
-    flops_pre = (
-        2.0 * matmul_params * pre + pre * attention_flops_per_context_token(c, False) * attended_pre
-    ) / shard
+    attention_dec = dec * attention_flops_per_context_token(c, True) * attended_dec / shard
+    attention_pre = pre * attention_flops_per_context_token(c, False) * attended_pre / shard
+    flops_dec = 2.0 * matmul_params * dec / shard + attention_dec
+    flops_pre = 2.0 * matmul_params * pre / shard + attention_pre
 
     mem_s = (weight_bytes + kv_bytes) / (c.hbm_bytes_s * c.eta_mem)
     flop_s = flops_dec / (c.peak_flops * c.eta_flop_decode) + flops_pre / (
@@ -239,6 +247,17 @@ def stage_cost(
         vision = pre * c.vision_flops_per_prefill_token / shard
         flops_pre = flops_pre + vision
         flop_s = flop_s + vision / (c.vision_peak_flops * c.eta_flop_prefill)
+    if _attention_at_own_peak(c):
+        # attention (QK^T, PV) runs at its cache's precision's peak: re-time that share
+        rescale = np.where(
+            c.attention_peak_flops != c.peak_flops,
+            1.0 / c.attention_peak_flops - 1.0 / c.peak_flops,
+            0.0,
+        )
+        flop_s = (
+            flop_s
+            + (attention_dec / c.eta_flop_decode + attention_pre / c.eta_flop_prefill) * rescale
+        )
     expert_dec = expert_pre = 0.0
     if _experts_at_own_peak(c):
         # the routed experts' GEMMs run at their own precision's peak: re-time that share
@@ -265,6 +284,8 @@ def stage_cost(
         flops_expert_decode=expert_dec,
         flops_expert_prefill=expert_pre,
         expert_weight_bytes=expert_bytes,
+        flops_attention_decode=attention_dec,
+        flops_attention_prefill=attention_pre,
     )
 
 
@@ -273,6 +294,13 @@ def routed_active_params(c: CandidateArrays) -> np.ndarray:
     """Routed-expert params one token runs through: ``k * params_per_expert * L_moe``
     (gpt-oss-120b: 4 x 24.9e6 x 36 = 3.58e9 of its 5.1e9 active)."""
     return c.experts_per_token * c.params_per_expert * c.num_moe_layers
+
+
+@row_constant
+def _attention_at_own_peak(c: CandidateArrays) -> bool:
+    """Any row whose attention computes at another peak than its weights' GEMMs (fp4
+    weights on a B200 with an fp8 cache: fp4 GEMMs, fp8 attention)."""
+    return bool((c.attention_peak_flops != c.peak_flops).any())
 
 
 @row_constant
