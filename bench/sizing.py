@@ -270,10 +270,16 @@ def scalar_point(
         a_pre = 4.0 * m.num_attention_heads * m.head_dim
         gemm_dec, attn_dec = 2 * matmul * dec / (tp * pp), dec * a_dec * att_dec / (tp * pp)
         gemm_pre, attn_pre = 2 * matmul * pre / (tp * pp), pre * a_pre * att_pre / (tp * pp)
-        mem_s = byts / (g.hbm_bandwidth_tb_s * 1e12 * cal.eta_mem)
-        flop_s = (gemm_dec / peak + attn_dec / peak_attention) / cal.eta_flop_decode + (
-            gemm_pre / peak + attn_pre / peak_attention
-        ) / cal.eta_flop_prefill
+        bw = g.hbm_bandwidth_tb_s * 1e12 * cal.eta_mem
+        kv_read = dec * kv_seq(ctx)
+        gemm_s = max(
+            (byts - kv_read) / bw,
+            (gemm_dec / cal.eta_flop_decode + gemm_pre / cal.eta_flop_prefill) / peak,
+        )
+        attn_s = max(
+            kv_read / bw,
+            (attn_dec / cal.eta_flop_decode + attn_pre / cal.eta_flop_prefill) / peak_attention,
+        )
         comm = 0.0
         if tp > 1:
             msg = tokens * m.hidden_size * 2.0
@@ -287,7 +293,7 @@ def scalar_point(
                 / pp
                 * (vol / (link * cal.link_efficiency) + cal.allreduce_latency_s)
             )
-        return max(mem_s, flop_s) + comm
+        return gemm_s + attn_s + comm
 
     def step(dec: float, ctx: float, pre: float = 0.0, prompt: float = 0.0) -> float:
         hop = 0.0

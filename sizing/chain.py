@@ -498,6 +498,54 @@ def _memory_steps(c: CandidateArrays, fit: MemoryFit, i: int) -> list[Step]:
     return s
 
 
+#: one stage's step: a roofline per kernel kind (steptime.stage_cost), the GEMMs' (the
+#: totals less attention's) plus attention's, then the links, the hops and the host
+STAGE_FORMULA = (
+    "PP * (max(mem - attn_mem, flop - attn_flop) + max(attn_mem, attn_flop) + comm)"
+    " + (PP - 1) * hop + overhead"
+)
+
+
+def _attention_inputs(st, i: int) -> list:
+    shape = np.shape(st.stage_s)
+    return [
+        q("attn_mem", float(np.broadcast_to(st.attention_mem_s, shape)[i]) * 1e3, "ms"),
+        q("attn_flop", float(np.broadcast_to(st.attention_flop_s, shape)[i]) * 1e3, "ms"),
+    ]
+
+
+def _attention_steps(c: CandidateArrays, st, i: int) -> list[Step]:
+    """Attention's own kernels in a decode step: its cache read and its FLOPs (parts of the
+    memory and FLOP totals above, timed apart from the GEMMs)."""
+    shape = np.shape(st.stage_s)
+    flops_a = float(np.broadcast_to(st.flops_attention_decode, shape)[i])
+    return [
+        step(
+            "decode_attention_mem_ms",
+            "kv_read / (BW * eta_mem) * 1e3",
+            [
+                q("kv_read", st.kv_bytes[i], "B"),
+                q("BW", c.hbm_bytes_s[i], "B/s"),
+                q("eta_mem", c.eta_mem[i], ""),
+            ],
+            float(np.broadcast_to(st.attention_mem_s, shape)[i]) * 1e3,
+            "ms",
+        ),
+        step(
+            "decode_attention_flop_ms",
+            "flops_a / (F_a * eta_flop_decode) * 1e3",
+            [
+                q("flops_a", flops_a, "FLOP per GPU (QK^T and PV over the context)"),
+                q("F_a", c.attention_peak_flops[i], "FLOP/s"),
+                q("attention_compute_precision", c.attention_compute_precision(i), ""),
+                q("eta_flop_decode", c.eta_flop_decode[i], ""),
+            ],
+            float(np.broadcast_to(st.attention_flop_s, shape)[i]) * 1e3,
+            "ms",
+        ),
+    ]
+
+
 def _operating_steps(
     c: CandidateArrays, fit: MemoryFit, op: OperatingPoint, i: int, spec: dict | None = None
 ) -> list:
@@ -643,6 +691,7 @@ def _operating_steps(
         terms = " + ".join([f"({gemm}) / F", *parts])
         flop_formula = f"({terms}) / eta_flop_decode * 1e3"
     s.append(step("decode_flop_ms", flop_formula, flop_in, st.flop_s[i] * 1e3, "ms"))
+    s += _attention_steps(c, st, i)
     s.append(
         step(
             "decode_comm_ms",
@@ -661,10 +710,11 @@ def _operating_steps(
     s.append(
         step(
             "pure_decode_step_ms",
-            "PP * (max(mem, flop) + comm) + (PP - 1) * hop + overhead" + draft_term(pure, i),
+            STAGE_FORMULA + draft_term(pure, i),
             [
                 q("mem", st.mem_s[i] * 1e3, "ms"),
                 q("flop", st.flop_s[i] * 1e3, "ms"),
+                *_attention_inputs(st, i),
                 q("comm", st.comm_s[i] * 1e3, "ms"),
                 q("hop", pure.hop_s[i] * 1e3, "ms"),
                 q("overhead", pure.overhead_s[i] * 1e3, "ms"),
@@ -683,10 +733,11 @@ def _operating_steps(
         s.append(
             step(
                 name,
-                "PP * (max(mem, flop) + comm) + (PP - 1) * hop + overhead" + draft_term(st_time, i),
+                STAGE_FORMULA + draft_term(st_time, i),
                 [
                     q("mem", st_time.stage.mem_s[i] * 1e3, "ms"),
                     q("flop", st_time.stage.flop_s[i] * 1e3, "ms (decode + prefill FLOPs)"),
+                    *_attention_inputs(st_time.stage, i),
                     q("comm", st_time.stage.comm_s[i] * 1e3, "ms"),
                     q("hop", st_time.hop_s[i] * 1e3, "ms"),
                     q("overhead", st_time.overhead_s[i] * 1e3, "ms"),

@@ -2,8 +2,16 @@
 
 One engine step on one pipeline stage of one DP rank (per GPU, B = bytes, s = seconds):
 
-``stage_s = max(bytes / (BW * eta_mem), flops_dec / (F * eta_flop_decode)
-                + flops_pre / (F * eta_flop_prefill)) + comm_s``
+``stage_s = max(weight_bytes / (BW * eta_mem), gemm_flops_dec / (F * eta_flop_decode)
+                + gemm_flops_pre / (F * eta_flop_prefill))
+          + max(kv_bytes / (BW * eta_mem), attn_flops_dec / (F_a * eta_flop_decode)
+                + attn_flops_pre / (F_a * eta_flop_prefill)) + comm_s``
+
+a roofline per kernel kind: the GEMMs stream the weights, attention streams the cache, in
+kernels of their own, so a large batch whose GEMMs are compute-bound still pays its
+attention's cache reads (one roofline over the whole step hid them behind the GEMMs' FLOPs:
+in sample, TensorRT-LLM's offline throughput 10.8 -> 8.3 % median error). At small batches
+both kinds are memory-bound and the sum is the old ``(weights + cache) / (BW * eta_mem)``.
 
 Mixed precision: when a MoE checkpoint's routed experts have their own precision, their
 FLOPs ``2 * k * params_per_expert * L_moe * T`` run at that precision's peak ``F_e``
@@ -120,7 +128,9 @@ class StageCost:
     mem_s: np.ndarray  # bytes / (BW * eta_mem)
     flop_s: np.ndarray  # flops at the calibrated efficiencies
     comm_s: np.ndarray  # TP all-reduces + EP all-to-alls
-    stage_s: np.ndarray  # max(mem_s, flop_s) + comm_s
+    #: max(mem_s - attention_mem_s, flop_s - attention_flop_s)
+    #: + max(attention_mem_s, attention_flop_s) + comm_s
+    stage_s: np.ndarray
     #: the routed experts' share of flops_decode / flops_prefill, timed at the experts' own
     #: peak (0 unless a MoE row's experts compute at another precision than its weights)
     flops_expert_decode: np.ndarray | float = 0.0
@@ -131,6 +141,10 @@ class StageCost:
     #: attention peak ``F_a`` (the KV cache's precision's; ``F`` where they are the same)
     flops_attention_decode: np.ndarray | float = 0.0
     flops_attention_prefill: np.ndarray | float = 0.0
+    #: attention's kernels on their own: the cache read (kv_bytes / (BW * eta_mem)) and its
+    #: FLOPs at ``F_a`` (parts of mem_s and flop_s)
+    attention_mem_s: np.ndarray | float = 0.0
+    attention_flop_s: np.ndarray | float = 0.0
 
     @property
     def bytes(self) -> np.ndarray:
@@ -269,7 +283,16 @@ def stage_cost(
             flop_s + (expert_dec / c.eta_flop_decode + expert_pre / c.eta_flop_prefill) * rescale
         )
     comm_s = tp_allreduce_s(c, tokens) + ep_alltoall_s(c, tokens)
-    stage_s = np.maximum(mem_s, flop_s)
+    # a roofline per kernel kind: attention reads the cache in kernels of its own, apart from
+    # the GEMMs that stream the weights, so a step whose GEMMs are compute-bound (a large
+    # batch) and whose attention is memory-bound (long contexts) pays for both
+    attention_mem_s = kv_bytes / (c.hbm_bytes_s * c.eta_mem)
+    attention_flop_s = (
+        attention_dec / c.eta_flop_decode + attention_pre / c.eta_flop_prefill
+    ) / c.attention_peak_flops
+    stage_s = np.maximum(mem_s - attention_mem_s, flop_s - attention_flop_s) + np.maximum(
+        attention_mem_s, attention_flop_s
+    )
     if _tensor_parallel(c) or _expert_parallel(c):  # else comm_s is all 0: skip adding it
         stage_s = stage_s + comm_s
     return StageCost(
@@ -286,6 +309,8 @@ def stage_cost(
         expert_weight_bytes=expert_bytes,
         flops_attention_decode=attention_dec,
         flops_attention_prefill=attention_pre,
+        attention_mem_s=attention_mem_s,
+        attention_flop_s=attention_flop_s,
     )
 
 

@@ -9,7 +9,7 @@ from sizing.chain import Candidate, plan, predict_rows
 from sizing.derivation import evaluate
 from sizing.precision import attention_compute_precision, attention_peak_flops
 from sizing.specs import Policy, Slo, Traffic
-from sizing.steptime import prefill_time
+from sizing.steptime import prefill_time, stage_cost
 
 # Llama 3.1 8B: QK^T and PV cost 4 * n_h * d FLOPs per query token per attended token per
 # layer; a p-token causal prompt attends p / 2 on average: p^2 * 2 * n_h * d * L in all
@@ -74,3 +74,42 @@ def test_a_slower_attention_peak_is_never_predicted_faster():
     fp8 = predict_rows(LLAMA_70B, B200, 1, 1, 1, 1, "fp4", "fp8", 32000, 200, 1)
     bf16 = predict_rows(LLAMA_70B, B200, 1, 1, 1, 1, "fp4", "bf16", 32000, 200, 1)
     assert bf16.ttft_ms[0] > fp8.ttft_ms[0]
+
+
+# ---------------------------------------------------------------------- a roofline per kernel
+def test_compute_bound_gemms_still_pay_for_the_cache_reads():
+    # given Llama 3.1 8B bf16 on an H100 (3.35 TB/s, 989.5 TFLOP/s; eta_mem 0.80, eta_flop
+    # 0.60), a decode step of 512 sequences at a 1,024-token context
+    c = CandidateArrays.build(LLAMA_8B, H100, "bf16")
+    st = stage_cost(c, np.array([512.0]), np.array([1024.0]))
+    bw, flops = 3.35e12 * 0.80, 989.5e12 * 0.60
+    # the GEMMs: 15.01 GB of weights in 5.60 ms, 2 * 7.505e9 * 512 FLOPs in 12.94 ms
+    gemm_mem, gemm_flop = 2 * MATMUL_PARAMS_8B / bw, 2 * MATMUL_PARAMS_8B * 512 / flops
+    assert gemm_mem * 1e3 == pytest.approx(5.600, abs=1e-3)
+    assert gemm_flop * 1e3 == pytest.approx(12.944, abs=1e-3)
+    # attention: 512 * 1,024 * 131,072 B of cache in 25.64 ms, 2.75e11 FLOPs in 0.46 ms
+    kv = 512 * 1024 * (2 * 32 * 8 * 128 * 2)
+    assert st.attention_mem_s[0] == pytest.approx(kv / bw)
+    assert st.attention_flop_s[0] == pytest.approx(512 * 1024 * 16384 * 32 / flops)
+    # then the step pays the compute-bound GEMMs plus the memory-bound attention:
+    # 12.94 + 25.64 = 38.58 ms, where one roofline over the step gave max(31.24, 13.41)
+    assert st.stage_s[0] * 1e3 == pytest.approx(gemm_flop * 1e3 + kv / bw * 1e3)
+    assert st.stage_s[0] * 1e3 == pytest.approx(38.58, abs=0.01)
+    assert max(st.mem_s[0], st.flop_s[0]) * 1e3 == pytest.approx(31.24, abs=0.01)
+
+
+def test_a_memory_bound_step_is_the_old_roofline():
+    # at 8 sequences both kinds are memory-bound: (weights + cache) / (BW * eta_mem)
+    c = CandidateArrays.build(LLAMA_8B, H100, "bf16")
+    st = stage_cost(c, np.array([8.0]), np.array([1024.0]))
+    assert st.stage_s[0] == pytest.approx(st.mem_s[0])
+
+
+def test_the_decode_step_shows_attention_apart_and_evaluates():
+    cand = Candidate(LLAMA_8B, H100, "bf16")
+    row = plan(Traffic(40, 40, 1000, 1000), Slo(5000, 80), Policy(), [cand], tails=None).rows[0]
+    steps = {s.name: s for s in row.derivation}
+    for name in ("decode_attention_mem_ms", "decode_attention_flop_ms", "pure_decode_step_ms"):
+        s = steps[name]
+        assert evaluate(s.formula, s.inputs) == pytest.approx(s.value), name
+    assert "max(attn_mem, attn_flop)" in steps["pure_decode_step_ms"].formula
