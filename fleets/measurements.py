@@ -276,6 +276,11 @@ class Measurement:
     #: decode steps between the engine's polls for new requests in the run's launch recipe
     #: (``agg-recipes.csv``; 1: every step, every engine's default)
     scheduler_recv_interval: int = 1
+    #: the recipe's share of HBM for weights and cache (SGLang ``--mem-fraction-static``;
+    #: 0: the engine's default) and its cap on running sequences (``--max-running-requests``;
+    #: 0: the engine's default)
+    gpu_memory_utilization: float = 0.0
+    max_num_seqs: int = 0
 
     @property
     def offline(self) -> bool:
@@ -1483,7 +1488,11 @@ def with_launch_recipes(
     InferenceX launches SGLang on B200 and B300 with ``--scheduler-recv-interval`` 10 below 16
     clients and 30 from 16 (``benchmarks/dsr1_*_b200.sh``; the B300 scripts reuse them): the
     scheduler then polls for new requests every 10 or 30 decode steps, which every TTFT of
-    those runs waits for (``sizing.operating.recv_wait_s``). The first matching line wins."""
+    those runs waits for (``sizing.operating.recv_wait_s``). The same scripts set the share of
+    HBM for weights and cache and cap the running sequences (``--mem-fraction-static``,
+    ``--max-running-requests``): DeepSeek-R1 FP8 at TP 4 runs at 0.95 and 32, where the 0.90
+    default leaves its 168 GB of weights per GPU room for 4 sequences and 32 clients would
+    wait 60 s for a slot; at TP 8 it runs at 0.82 and 128. The first matching line wins."""
     rows = list(rows)
     if not path.exists():
         return rows
@@ -1493,7 +1502,11 @@ def with_launch_recipes(
     for row in rows:
         found = next((r for r in recipes if _recipe_matches(r, row)), None)
         if found is not None:
-            interval = int(found["scheduler_recv_interval"])
-            row = replace(row, scheduler_recv_interval=interval)
+            row = replace(
+                row,
+                scheduler_recv_interval=int(found["scheduler_recv_interval"]),
+                gpu_memory_utilization=float(found.get("mem_fraction_static") or 0.0),
+                max_num_seqs=int(found.get("max_running_requests") or 0),
+            )
         out.append(row)
     return out

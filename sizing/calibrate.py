@@ -149,6 +149,9 @@ class FitPoint:
     run_requests: float = math.nan
     #: the engine's ``scheduler_recv_interval`` in the run's launch recipe (1: every step)
     scheduler_recv_interval: int = 1
+    #: the launch recipe's HBM share and running-sequence cap (0: the engine's defaults)
+    gpu_memory_utilization: float = 0.0
+    max_num_seqs: int = 0
 
     @property
     def lengths_drawn(self) -> bool:
@@ -190,11 +193,16 @@ def point_engine(p: FitPoint) -> EngineSettings:
     TensorRT-LLM's offline rows ran ``trtllm-bench throughput``, whose batch size and token
     budget come from its own heuristic (``sizing.trtllm_bench``), and a run whose launch
     recipe polls for requests every k decode steps carries that k
-    (``scheduler_recv_interval``)."""
+    (``scheduler_recv_interval``), and its HBM share and running-sequence cap where the
+    recipe sets them."""
     name = _engine_name(p.engine)
-    changes: dict[str, int] = {}
+    changes: dict[str, float] = {}
     if p.scheduler_recv_interval > 1:
         changes["scheduler_recv_interval"] = p.scheduler_recv_interval
+    if p.gpu_memory_utilization > 0:
+        changes["gpu_memory_utilization"] = p.gpu_memory_utilization
+    if p.max_num_seqs > 0:
+        changes["max_num_seqs"] = p.max_num_seqs
     if _ran_trtllm_bench(p):
         batch, tokens = trtllm_bench.bench_limits(_bench_requests(p), p.isl, p.osl, p.pp)
         changes |= {"max_num_seqs": batch, "max_num_batched_tokens": tokens}
@@ -356,6 +364,8 @@ def _point(row: Any, model: ModelSpec, gpu: GpuSpec, gpu_key: str, generation: s
             row.engine_family, row.engine, getattr(row, "source_version", "")
         ),
         scheduler_recv_interval=int(getattr(row, "scheduler_recv_interval", 1) or 1),
+        gpu_memory_utilization=float(getattr(row, "gpu_memory_utilization", 0.0) or 0.0),
+        max_num_seqs=int(getattr(row, "max_num_seqs", 0) or 0),
     )
 
 

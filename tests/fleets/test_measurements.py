@@ -701,8 +701,45 @@ def test_launch_recipes_give_sglang_on_blackwell_its_scheduler_recv_interval():
     assert recv == [10, 30, 30, 10, 1, 1]
 
 
+def test_launch_recipes_give_each_run_its_memory_share_and_running_cap():
+    # given InferenceX DeepSeek-R1 rows of SGLang on B200: FP8 at TP 8 and TP 4, FP4, and
+    # TRT-LLM (no recipe line)
+    rows = [
+        _inferencex_row("B200", "SGLang", "fp8", 8, 32),
+        _inferencex_row("B200", "SGLang", "fp8", 4, 32),
+        _inferencex_row("B200", "SGLang", "fp4", 4, 64),
+        _inferencex_row("B200", "TensorRT-LLM", "fp8", 8, 32),
+    ]
+    # when the shipped launch recipes are applied
+    out = m.with_launch_recipes(rows)
+    # then each carries its script's --mem-fraction-static and --max-running-requests
+    # (dsr1_fp8_b200.sh: TP 8 0.82 / 128, TP 4 0.95 / 32; dsr1_fp4_b200.sh: 0.85 / 256);
+    # a run without a recipe keeps the engine's defaults (0)
+    got = [(r.gpu_memory_utilization, r.max_num_seqs) for r in out]
+    assert got == [(0.82, 128), (0.95, 32), (0.85, 256), (0.0, 0)]
+
+
+def test_deepseek_r1_fp8_on_four_b200_holds_its_32_clients_at_the_recipe_share(catalog):
+    # given the InferenceX run of DeepSeek-R1 FP8 on 4 x B200 at TP 4, 8k/1k, 32 clients
+    # (measured median TTFT 799 ms), as the fit reads it
+    from fleets.calibration import catalog_points
+    from sizing.calibrate import point_engine, predict_points
+
+    row = _inferencex_row("B200", "SGLang", "fp8", 4, 32)
+    row = m.with_launch_recipes([m.replace(row, isl=8192.0, osl=1024.0)])[0]
+    [point], _ = catalog_points([row])
+    # then the engine runs at the recipe's 0.95 share with 32 running sequences
+    engine = point_engine(point)
+    assert engine.gpu_memory_utilization == 0.95 and engine.max_num_seqs == 32
+    # and 168 GB of weights per GPU leave room for all 32 clients: no wait for a slot (at
+    # the 0.90 default the cache held 4 sequences and the predicted TTFT was 62 s)
+    assert predict_points([point])[0] < 5_000
+
+
 def test_the_shipped_launch_recipes_cite_their_script():
     with m.AGG_RECIPES_CSV.open(newline="") as handle:
         recipes = list(csv.DictReader(handle))
     assert recipes and all("InferenceX" in r["source"] and ".sh@" in r["source"] for r in recipes)
     assert {int(r["scheduler_recv_interval"]) for r in recipes} == {10, 30}
+    assert all(0 < float(r["mem_fraction_static"]) <= 1 for r in recipes)
+    assert all(int(r["max_running_requests"]) > 0 for r in recipes)
