@@ -684,7 +684,7 @@ def _inferencex_row(gpu: str, engine: str, precision: str, tp: int, concurrency:
     )  # fmt: skip
 
 
-def test_launch_recipes_give_sglang_on_blackwell_its_scheduler_recv_interval():
+def test_launch_recipes_give_sglang_on_blackwell_its_poll_interval_and_memory():
     # given InferenceX rows of SGLang on B200 and B300 (whose scripts poll every 10 decode
     # steps below 16 clients and every 30 from 16), of SGLang on H200 and of TRT-LLM on B200
     rows = [
@@ -696,27 +696,14 @@ def test_launch_recipes_give_sglang_on_blackwell_its_scheduler_recv_interval():
         _inferencex_row("B200", "TensorRT-LLM", "fp8", 8, 32),
     ]
     # when the shipped launch recipes are applied
-    recv = [row.scheduler_recv_interval for row in m.with_launch_recipes(rows)]
-    # then each carries its script's interval; the others keep every engine's default, 1
-    assert recv == [10, 30, 30, 10, 1, 1]
-
-
-def test_launch_recipes_give_each_run_its_memory_share_and_running_cap():
-    # given InferenceX DeepSeek-R1 rows of SGLang on B200: FP8 at TP 8 and TP 4, FP4, and
-    # TRT-LLM (no recipe line)
-    rows = [
-        _inferencex_row("B200", "SGLang", "fp8", 8, 32),
-        _inferencex_row("B200", "SGLang", "fp8", 4, 32),
-        _inferencex_row("B200", "SGLang", "fp4", 4, 64),
-        _inferencex_row("B200", "TensorRT-LLM", "fp8", 8, 32),
-    ]
-    # when the shipped launch recipes are applied
     out = m.with_launch_recipes(rows)
-    # then each carries its script's --mem-fraction-static and --max-running-requests
-    # (dsr1_fp8_b200.sh: TP 8 0.82 / 128, TP 4 0.95 / 32; dsr1_fp4_b200.sh: 0.85 / 256);
-    # a run without a recipe keeps the engine's defaults (0)
-    got = [(r.gpu_memory_utilization, r.max_num_seqs) for r in out]
-    assert got == [(0.82, 128), (0.95, 32), (0.85, 256), (0.0, 0)]
+    # then each carries its script's interval; the others keep every engine's default, 1
+    assert [row.scheduler_recv_interval for row in out] == [10, 30, 30, 10, 1, 1]
+    # and its --mem-fraction-static and --max-running-requests (dsr1_fp8_b200.sh: TP 8 0.82
+    # / 128, TP 4 0.95 / 32; dsr1_fp4_b200.sh, reused on B300: 0.85 / 256); a run without a
+    # recipe line keeps the engine's defaults (0)
+    got = [(row.gpu_memory_utilization, row.max_num_seqs) for row in out]
+    assert got == [(0.82, 128), (0.82, 128), (0.85, 256), (0.95, 32), (0.0, 0), (0.0, 0)]
 
 
 def test_deepseek_r1_fp8_on_four_b200_holds_its_32_clients_at_the_recipe_share(catalog):
