@@ -198,9 +198,10 @@ def scalar_point(
     )
 
     b_w = weight_bytes_per_param(weight)
-    b_kv = kv_bytes_per_element(default_kv_precision(weight))
+    kv = default_kv_precision(weight)
+    b_kv = kv_bytes_per_element(kv)
     peak = peak_flops(g, weight)
-    peak_attention = attention_peak_flops(g, default_kv_precision(weight))
+    peak_attention = attention_peak_flops(g, kv)
     p_routed = m.num_experts * m.params_per_expert * m.num_moe_layers
     p_hp = m.embedding_params * (1 if m.tie_word_embeddings else 2)
     nonexp = (m.total_params - p_routed - p_hp) * b_w + p_hp * max(b_w, 2.0)

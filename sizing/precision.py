@@ -52,6 +52,11 @@ COMPUTE_FALLBACK: dict[str, tuple[str, ...]] = {
 }
 
 
+def dense_peaks(gpu: GpuSpec) -> dict[str, float]:
+    """The datasheet's dense peaks by lower-case precision name (TFLOP/s), zeros left out."""
+    return {k.lower(): v for k, v in gpu.dense_tflops.items() if v and v > 0}
+
+
 #: Which dense peak attention (QK^T and PV) computes at, by KV-cache precision: an fp8 cache
 #: runs fp8 attention kernels, a 4-bit cache is dequantized into fp8 ones, anything else
 #: attends in bf16. Attention never runs fp4 GEMMs, whatever the weights are stored at.
@@ -65,7 +70,7 @@ ATTENTION_FALLBACK: dict[str, tuple[str, ...]] = {
 def attention_compute_precision(gpu: GpuSpec, kv_precision: str) -> str:
     """Name of the peak attention over a ``kv_precision`` cache runs at on ``gpu``."""
     p = canonical_precision(kv_precision)
-    peaks = {k.lower(): v for k, v in gpu.dense_tflops.items() if v and v > 0}
+    peaks = dense_peaks(gpu)
     for name in ATTENTION_FALLBACK.get(p, ("bf16", "fp16")):
         if name in peaks:
             return name
@@ -75,7 +80,7 @@ def attention_compute_precision(gpu: GpuSpec, kv_precision: str) -> str:
 def attention_peak_flops(gpu: GpuSpec, kv_precision: str) -> float:
     """Dense peak FLOP/s attention over a ``kv_precision`` cache runs at (NaN if none)."""
     name = attention_compute_precision(gpu, kv_precision)
-    peaks = {k.lower(): v for k, v in gpu.dense_tflops.items() if v and v > 0}
+    peaks = dense_peaks(gpu)
     return peaks[name] * 1e12 if name else math.nan
 
 
@@ -99,7 +104,7 @@ def default_kv_precision(weight_precision: str) -> str:
 def compute_precision(gpu: GpuSpec, weight_precision: str) -> str:
     """Name of the peak the GEMMs of ``weight_precision`` weights run at on ``gpu`` ('' if none)."""
     p = canonical_precision(weight_precision)
-    peaks = {k.lower(): v for k, v in gpu.dense_tflops.items() if v and v > 0}
+    peaks = dense_peaks(gpu)
     chain = COMPUTE_FALLBACK[p]
     if p == "mxfp4" and "fp4" not in peaks:
         chain = COMPUTE_FALLBACK["int4"]  # no block-scaled MMA: dequantized, like w4a16
@@ -117,7 +122,7 @@ def peak_flops(gpu: GpuSpec, weight_precision: str) -> float:
     ``F = dense_tflops[compute_precision] * 1e12``; tf32 is taken as half the bf16 peak.
     """
     name = compute_precision(gpu, weight_precision)
-    peaks = {k.lower(): v for k, v in gpu.dense_tflops.items() if v and v > 0}
+    peaks = dense_peaks(gpu)
     if name == "":
         return math.nan
     if name == "tf32":

@@ -247,31 +247,29 @@ def stage_cost(
     mean_full, mean_win = prefill_mean_context(c, prompt_tokens)
     attended_pre = c.full_layers * mean_full + c.sliding_layers * mean_win
     matmul_params = c.active_params - untied_embedding_params(c)
+    gemm_dec = 2.0 * matmul_params * dec / shard
+    gemm_pre = 2.0 * matmul_params * pre / shard
     attention_dec = dec * attention_flops_per_context_token(c, True) * attended_dec / shard
     attention_pre = pre * attention_flops_per_context_token(c, False) * attended_pre / shard
-    flops_dec = 2.0 * matmul_params * dec / shard + attention_dec
-    flops_pre = 2.0 * matmul_params * pre / shard + attention_pre
+    flops_dec = gemm_dec + attention_dec
+    flops_pre = gemm_pre + attention_pre
 
-    mem_s = (weight_bytes + kv_bytes) / (c.hbm_bytes_s * c.eta_mem)
-    flop_s = flops_dec / (c.peak_flops * c.eta_flop_decode) + flops_pre / (
+    # a roofline per kernel kind: the GEMMs stream the weights, attention reads the cache in
+    # kernels of its own (at its cache's precision's peak), so a step whose GEMMs are
+    # compute-bound (a large batch) and whose attention is memory-bound pays for both
+    gemm_mem_s = weight_bytes / (c.hbm_bytes_s * c.eta_mem)
+    attention_mem_s = kv_bytes / (c.hbm_bytes_s * c.eta_mem)
+    gemm_flop_s = gemm_dec / (c.peak_flops * c.eta_flop_decode) + gemm_pre / (
         c.peak_flops * c.eta_flop_prefill
     )
+    attention_flop_s = (
+        attention_dec / c.eta_flop_decode + attention_pre / c.eta_flop_prefill
+    ) / c.attention_peak_flops
     if _has_vision(c):
         # vision-language prompts: the encoder's FLOPs ride with the prefill, at bf16
         vision = pre * c.vision_flops_per_prefill_token / shard
         flops_pre = flops_pre + vision
-        flop_s = flop_s + vision / (c.vision_peak_flops * c.eta_flop_prefill)
-    if _attention_at_own_peak(c):
-        # attention (QK^T, PV) runs at its cache's precision's peak: re-time that share
-        rescale = np.where(
-            c.attention_peak_flops != c.peak_flops,
-            1.0 / c.attention_peak_flops - 1.0 / c.peak_flops,
-            0.0,
-        )
-        flop_s = (
-            flop_s
-            + (attention_dec / c.eta_flop_decode + attention_pre / c.eta_flop_prefill) * rescale
-        )
+        gemm_flop_s = gemm_flop_s + vision / (c.vision_peak_flops * c.eta_flop_prefill)
     expert_dec = expert_pre = 0.0
     if _experts_at_own_peak(c):
         # the routed experts' GEMMs run at their own precision's peak: re-time that share
@@ -279,20 +277,14 @@ def stage_cost(
         routed = np.where(own, 2.0 * routed_active_params(c) / shard, 0.0)
         expert_dec, expert_pre = routed * dec, routed * pre
         rescale = np.where(own, 1.0 / c.expert_peak_flops - 1.0 / c.peak_flops, 0.0)
-        flop_s = (
-            flop_s + (expert_dec / c.eta_flop_decode + expert_pre / c.eta_flop_prefill) * rescale
+        gemm_flop_s = (
+            gemm_flop_s
+            + (expert_dec / c.eta_flop_decode + expert_pre / c.eta_flop_prefill) * rescale
         )
     comm_s = tp_allreduce_s(c, tokens) + ep_alltoall_s(c, tokens)
-    # a roofline per kernel kind: attention reads the cache in kernels of its own, apart from
-    # the GEMMs that stream the weights, so a step whose GEMMs are compute-bound (a large
-    # batch) and whose attention is memory-bound (long contexts) pays for both
-    attention_mem_s = kv_bytes / (c.hbm_bytes_s * c.eta_mem)
-    attention_flop_s = (
-        attention_dec / c.eta_flop_decode + attention_pre / c.eta_flop_prefill
-    ) / c.attention_peak_flops
-    stage_s = np.maximum(mem_s - attention_mem_s, flop_s - attention_flop_s) + np.maximum(
-        attention_mem_s, attention_flop_s
-    )
+    mem_s = gemm_mem_s + attention_mem_s
+    flop_s = gemm_flop_s + attention_flop_s
+    stage_s = np.maximum(gemm_mem_s, gemm_flop_s) + np.maximum(attention_mem_s, attention_flop_s)
     if _tensor_parallel(c) or _expert_parallel(c):  # else comm_s is all 0: skip adding it
         stage_s = stage_s + comm_s
     return StageCost(
@@ -319,13 +311,6 @@ def routed_active_params(c: CandidateArrays) -> np.ndarray:
     """Routed-expert params one token runs through: ``k * params_per_expert * L_moe``
     (gpt-oss-120b: 4 x 24.9e6 x 36 = 3.58e9 of its 5.1e9 active)."""
     return c.experts_per_token * c.params_per_expert * c.num_moe_layers
-
-
-@row_constant
-def _attention_at_own_peak(c: CandidateArrays) -> bool:
-    """Any row whose attention computes at another peak than its weights' GEMMs (fp4
-    weights on a B200 with an fp8 cache: fp4 GEMMs, fp8 attention)."""
-    return bool((c.attention_peak_flops != c.peak_flops).any())
 
 
 @row_constant
