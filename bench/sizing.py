@@ -287,12 +287,15 @@ def scalar_point(
             one = 2 * (tp - 1) / tp * msg / (link * cal.link_efficiency) + cal.allreduce_latency_s
             comm += 2 * m.num_layers / pp * one
         if ep > 1:
-            vol = tokens / tp * m.experts_per_token * m.hidden_size * 2.0 * (ep - 1) / ep
+            # each token once per other rank holding one of its experts; an 8-bit dispatch
+            # for fp8/fp4 experts and a bf16 combine
+            remote = (ep - 1) * (1 - (1 - 1 / ep) ** m.experts_per_token)
+            b_dispatch = 1.0 if weight in ("fp8", "fp4") else 2.0
+            vol = tokens / tp * remote * m.hidden_size * (b_dispatch + 2.0)
             comm += (
-                2
-                * m.num_moe_layers
+                m.num_moe_layers
                 / pp
-                * (vol / (link * cal.link_efficiency) + cal.allreduce_latency_s)
+                * (vol / (link * cal.link_efficiency) + 2 * cal.allreduce_latency_s)
             )
         return gemm_s + attn_s + comm
 

@@ -695,7 +695,8 @@ def _operating_steps(
     s.append(
         step(
             "decode_comm_ms",
-            "TP: 2 ring all-reduces per layer; EP: 2 all-to-alls per MoE layer (steptime.py)",
+            "TP: 2 ring all-reduces per layer; EP: a dispatch and a combine per MoE layer, "
+            "each token once per other rank holding one of its experts (steptime.py)",
             [
                 q("TP", int(c.tp[i]), ""),
                 q("EP", int(c.ep[i]), ""),

@@ -42,8 +42,10 @@ flops
     p-token prompt is causal, ``2 * p^2 * n_h * d`` per full layer, windows capped.
 comm_s
     TP: 2 ring all-reduces per layer, ``2 (TP-1)/TP * T * hidden * 2 B / (link_one_way *
-    link_efficiency) + latency`` each; EP: 2 all-to-alls per MoE layer of the tokens' k
-    copies; both on the scale-up link (EP beyond the domain uses the scale-out NIC).
+    link_efficiency) + latency`` each; EP: a dispatch (8-bit where the experts compute in
+    fp8/fp4) and a bf16 combine per MoE layer, each token once per other rank holding one
+    of its experts (``ep_alltoall_s``); both on the scale-up link (EP beyond the domain
+    reaches the ranks outside it over the scale-out NIC).
 
 Pipeline parallelism: decode keeps PP micro-batches of ``B / PP`` sequences in flight (vLLM's
 virtual engines), so each stage reads its ``1/PP`` of the weights for ``B / PP`` sequences and
@@ -70,9 +72,12 @@ import numpy as np
 from sizing.candidates import CandidateArrays, row_constant
 from sizing.lora import lora_step_s, serves_adapters
 from sizing.memory import kv_bytes_per_sequence_per_gpu, nonexpert_weight_bytes
+from sizing.precision import PRECISIONS
 from sizing.speculative import drafting_s, drafts, verify_tokens_per_sequence
 
 ACTIVATION_BYTES = 2.0  # bf16 activations on the wire
+#: expert precisions whose activations are quantised to 8 bits before the dispatch
+_LOW_PRECISION_DISPATCH = tuple(PRECISIONS.index(p) for p in ("fp8", "fp4"))
 
 
 # ---------------------------------------------------------------------------- pure bounds
@@ -372,15 +377,58 @@ def tp_allreduce_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
     return 2.0 * (c.num_layers / c.pp) * one
 
 
+@row_constant
+def ep_remote_ranks_per_token(c: CandidateArrays) -> np.ndarray:
+    """Other EP ranks one token is sent to per MoE layer, ``(EP - 1) * (1 - (1 - 1/EP)^k)``.
+
+    A dispatch sends a token once to each rank holding one of its ``k`` experts, not once per
+    expert, and the combine returns one partial sum per rank (DeepEP's dispatch layout counts
+    ``num_tokens_per_rank`` and ``is_token_in_rank``: deepseek-ai/DeepEP docs/legacy.md,
+    "Example use in model training or inference prefilling"); with the experts spread evenly
+    over the EP ranks, each other rank is hit with probability ``1 - (1 - 1/EP)^k``.
+    DeepSeek-V3 (k = 8): EP 4 -> 2.70 of 3 other ranks, EP 8 -> 4.59 of 7, EP 72 -> 7.52 of
+    71; Mixtral (k = 2) on EP 8 -> 1.64.
+    """
+    ep = np.maximum(np.asarray(c.ep, dtype=np.float64), 1.0)
+    return (ep - 1.0) * (1.0 - np.power(1.0 - 1.0 / ep, c.experts_per_token))
+
+
+@row_constant
+def ep_dispatch_bytes_per_element(c: CandidateArrays) -> np.ndarray:
+    """Bytes per hidden element a dispatch ships: 1 where the experts compute in 8 bits or
+    fewer (fp8, NVFP4: the activations are quantised before they are sent), else 2 (bf16).
+    The combine returns bf16 (``ACTIVATION_BYTES``). DeepEP is measured and run this way,
+    "FP8 dispatching and BF16 combining" (deepseek-ai/DeepEP README.md, "Performance")."""
+    low = np.isin(c.expert_precision_code, _LOW_PRECISION_DISPATCH)
+    return np.where(low, 1.0, ACTIVATION_BYTES)
+
+
 def ep_alltoall_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
-    """Dispatch + combine per MoE layer: each GPU ships ``tokens/TP * k * hidden * 2 B`` of
-    which ``(EP-1)/EP`` leaves the GPU; on the NIC when EP exceeds the scale-up domain (s)."""
+    """Dispatch + combine per MoE layer of this stage (s).
+
+    Each GPU ships its ``tokens / TP`` once to each other rank holding one of their experts
+    (``ep_remote_ranks_per_token``): ``r * hidden * b_d`` B out and ``r * hidden * 2 B`` back
+    per token (``b_d``: ``ep_dispatch_bytes_per_element``), each way at the link's calibrated
+    efficiency plus one latency. When EP spans beyond the scale-up domain the share
+    ``(EP - D) / (EP - 1)`` of the destinations sits behind the scale-out NIC, the rest on
+    the scale-up link, both moving at once: the slower of the two sets the time.
+
+    Worked: DeepSeek-V3 fp8 (hidden 7168, k 8), 7,373 tokens per rank, EP 8 in one NVLink
+    domain: ``r = 4.5947``; dispatch ``7373 * 4.5947 * 7168 * 1 B = 242.8 MB``, combine 485.7 MB
+    (counting every expert copy, in bf16 both ways, gives 2.0x that; at EP 4, 3.0x).
+    """
     if not _expert_parallel(c):  # no expert parallelism on any row: no all-to-all (all 0)
         return _zeros(tokens, c.ep)
-    link = np.where(c.ep <= c.scale_up_domain_gpus, c.link_bytes_s, c.scale_out_bytes_s)
-    volume = tokens / c.tp * c.experts_per_token * c.hidden_size * ACTIVATION_BYTES
-    one = volume * (c.ep - 1.0) / c.ep / (link * c.link_efficiency) + c.allreduce_latency_s
-    return np.where(c.ep > 1, 2.0 * (c.num_moe_layers / c.pp) * one, 0.0)
+    per_token = ep_remote_ranks_per_token(c) * c.hidden_size
+    ep = np.maximum(np.asarray(c.ep, dtype=np.float64), 1.0)
+    outside = np.clip((ep - c.scale_up_domain_gpus) / np.maximum(ep - 1.0, 1.0), 0.0, 1.0)
+    inside_s = (1.0 - outside) / (c.link_bytes_s * c.link_efficiency)
+    outside_s = outside / (c.scale_out_bytes_s * c.link_efficiency)
+    s_per_byte = np.maximum(inside_s, outside_s)
+    volume = tokens / c.tp * per_token  # elements, each way
+    dispatch = volume * ep_dispatch_bytes_per_element(c) * s_per_byte + c.allreduce_latency_s
+    combine = volume * ACTIVATION_BYTES * s_per_byte + c.allreduce_latency_s
+    return np.where(c.ep > 1, (c.num_moe_layers / c.pp) * (dispatch + combine), 0.0)
 
 
 def pp_hop_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:

@@ -250,3 +250,40 @@ def test_a_dense_model_pays_no_moe_step_cost():
     st = decode_step(c, np.array([4.0]), 1000.0, np.array([512.0]), 512.0)
     # then its host cost is the fixed 1 ms alone, on prompt steps too
     assert st.overhead_s == pytest.approx([1e-3])
+
+
+def _ep_prefill_comm_s(gpu, precision: str, ep: int, tokens: float) -> float:
+    """The all-to-all time of one prefill step of ``tokens`` per rank, TP1 x EP x DP=EP."""
+    cal = Calibration(link_efficiency=0.5, allreduce_latency_s=1e-5)
+    c = CandidateArrays.build(DEEPSEEK_V3, gpu, precision, tp=1, ep=ep, dp=ep, calibration=cal)
+    return float(stage_cost(c, 0.0, 0.0, tokens, tokens).comm_s[0])
+
+
+def test_ep_dispatch_sends_a_token_once_per_rank_in_8_bits():
+    # given DeepSeek-V3 (hidden 7168, top-8 of 256 experts, 58 MoE layers) fp8 on B200, EP8,
+    # 1,000 prompt tokens per rank; NVLink 1800/2 = 900 GB/s one way at efficiency 0.5
+    # when the step's all-to-alls are timed
+    comm = _ep_prefill_comm_s(B200, "fp8", 8, 1000.0)
+    # then each token goes to r = 7 * (1 - (7/8)^8) = 4.5947 other ranks (not 8 * 7/8 = 7),
+    # dispatched at 1 B (fp8) and combined at 2 B: 58 * (3 * 1000 * r * 7168 / 450e9 + 2e-5)
+    r = 7 * (1 - (7 / 8) ** 8)
+    assert r == pytest.approx(4.5947, abs=1e-4)
+    assert comm == pytest.approx(58 * (3 * 1000 * r * 7168 / 450e9 + 2e-5))
+    assert comm == pytest.approx(13.895e-3, rel=1e-4)
+    # a bf16 checkpoint dispatches at 2 B: 4 B per element both ways instead of 3
+    bf16 = _ep_prefill_comm_s(B200, "bf16", 8, 1000.0)
+    assert bf16 == pytest.approx(58 * (4 * 1000 * r * 7168 / 450e9 + 2e-5))
+
+
+def test_ep_beyond_the_node_reaches_the_other_node_over_the_nic():
+    # given H100 nodes of 8 GPUs (NVLink 450 GB/s one way, NIC 50 GB/s), EP16 over two nodes
+    comm = _ep_prefill_comm_s(H100, "fp8", 16, 1000.0)
+    # then r = 15 * (1 - (15/16)^8) = 6.3936 other ranks, 8 of the 15 behind the NIC: the NIC
+    # side, (8/15) / (50e9 * 0.5) s per byte, is slower than NVLink's (7/15) / (450e9 * 0.5)
+    r = 15 * (1 - (15 / 16) ** 8)
+    per_byte = (8 / 15) / 25e9
+    assert comm == pytest.approx(58 * (3 * 1000 * r * 7168 * per_byte + 2e-5))
+    # and the same EP inside one 16-GPU domain moves at NVLink speed throughout
+    domain = replace(H100, scale_up_domain_gpus=16)
+    # (1 / 225e9 s per byte against (8/15) / 25e9: 4.8x less, the latencies aside)
+    assert _ep_prefill_comm_s(domain, "fp8", 16, 1000.0) < comm / 4
