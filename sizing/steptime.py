@@ -419,16 +419,26 @@ def ep_alltoall_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
     """
     if not _expert_parallel(c):  # no expert parallelism on any row: no all-to-all (all 0)
         return _zeros(tokens, c.ep)
-    per_token = ep_remote_ranks_per_token(c) * c.hidden_size
+    per_layer = tokens / c.tp * ep_alltoall_s_per_token(c) + 2.0 * c.allreduce_latency_s
+    return np.where(c.ep > 1, (c.num_moe_layers / c.pp) * per_layer, 0.0)
+
+
+@row_constant
+def ep_alltoall_s_per_token(c: CandidateArrays) -> np.ndarray:
+    """Link time of one token's dispatch and combine in one MoE layer, latencies aside (s):
+    ``r * hidden * (b_d + 2 B)`` at the slower of the scale-up share and the NIC share of the
+    destinations (see ``ep_alltoall_s``). A row's own constant: the simulator's step-time
+    memo calls ``ep_alltoall_s`` ~1,000 times per row."""
     ep = np.maximum(np.asarray(c.ep, dtype=np.float64), 1.0)
     outside = np.clip((ep - c.scale_up_domain_gpus) / np.maximum(ep - 1.0, 1.0), 0.0, 1.0)
     inside_s = (1.0 - outside) / (c.link_bytes_s * c.link_efficiency)
     outside_s = outside / (c.scale_out_bytes_s * c.link_efficiency)
-    s_per_byte = np.maximum(inside_s, outside_s)
-    volume = tokens / c.tp * per_token  # elements, each way
-    dispatch = volume * ep_dispatch_bytes_per_element(c) * s_per_byte + c.allreduce_latency_s
-    combine = volume * ACTIVATION_BYTES * s_per_byte + c.allreduce_latency_s
-    return np.where(c.ep > 1, (c.num_moe_layers / c.pp) * (dispatch + combine), 0.0)
+    bytes_per_token = (
+        ep_remote_ranks_per_token(c)
+        * c.hidden_size
+        * (ep_dispatch_bytes_per_element(c) + ACTIVATION_BYTES)
+    )
+    return bytes_per_token * np.maximum(inside_s, outside_s)
 
 
 def pp_hop_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
