@@ -269,7 +269,6 @@ def main(argv=None) -> str:
     _setup_django()
     from sizing.disagg import (
         DISAGG_CONSTANTS,
-        MIN_GPU_FIT_POINTS,
         cross_validate,
         fit_all,
         predict_points,
@@ -333,15 +332,13 @@ def main(argv=None) -> str:
     lines += [
         "",
         "Held out: each sweep (GPU x engine x precision x ISL/OSL) is predicted by constants",
-        "fitted on every other sweep (its engine family's, and its GPU x engine's from the",
-        "other sweeps on that GPU); the aggregated profile under it is the row's own (fitted",
-        "on aggregated rows only, never on these).",
+        "fitted on every other sweep (its engine family's, on all its GPUs); the aggregated",
+        "profile under it is the row's own (fitted on aggregated rows only, never on these).",
         "",
         "## Fitted constants (all points)",
         "",
-        "Per engine family (all its GPUs), and per GPU x engine with at least "
-        f"{MIN_GPU_FIT_POINTS} points (its",
-        "prior is the engine's fit); a GPU without its own falls back to the engine's.",
+        "Per engine family, on all its GPUs' points (no GPU x engine fits of their own: held",
+        "out they did worse, see README).",
         "",
         "| fit | points | " + " | ".join(DISAGG_CONSTANTS) + " |",
         "| --- | --- | " + " | ".join("---" for _ in DISAGG_CONSTANTS) + " |",

@@ -173,17 +173,20 @@ def streamed_nonexpert_bytes_per_gpu(c: CandidateArrays) -> np.ndarray:
     return (nonexpert_weight_bytes(c) - embed) / (c.tp * c.pp)
 
 
-def streamed_expert_bytes_per_gpu(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
+def streamed_expert_bytes_per_gpu(
+    c: CandidateArrays, tokens: np.ndarray, alone: bool = False
+) -> np.ndarray:
     """Routed-expert bytes one GPU reads for ``tokens`` per DP rank and stage (B).
 
-    With EP the experts of all DP ranks' tokens live on the EP group: ``T = tokens * DP``,
+    With EP the experts of all DP ranks' tokens live on the EP group: ``T = tokens * DP``
+    (``T = tokens`` when the rank is ``alone``: the other DP ranks bring none),
     ``E_distinct(T) * params_per_expert * b_e * (L_moe / PP) / EP`` (``b_e``: the experts'
     bytes per param, ``b_w`` unless the checkpoint mixes precisions); without EP each rank
     holds TP-sharded copies and only its own tokens route there.
     """
     if not _has_experts(c):  # dense rows only: skip the routing terms (all 0)
         return _zeros(tokens, c.tp)
-    group_tokens = np.where(c.ep > 1, tokens * c.dp, tokens)
+    group_tokens = tokens if alone else np.where(c.ep > 1, tokens * c.dp, tokens)
     distinct = expected_distinct_experts(c.num_experts, c.experts_per_token, group_tokens)
     shards = np.where(c.ep > 1, c.ep, c.tp)
     return (
@@ -224,6 +227,7 @@ def stage_cost(
     decode_context: np.ndarray,
     prefill_tokens: np.ndarray | float = 0.0,
     prompt_tokens: np.ndarray | float = 0.0,
+    alone: bool = False,
 ) -> StageCost:
     """Roofline cost of one stage forward pass per GPU.
 
@@ -233,6 +237,13 @@ def stage_cost(
     decode_context : their mean context (tokens)
     prefill_tokens : prompt tokens riding in the same pass (chunked prefill) (tokens)
     prompt_tokens : length of the prompts those prefill tokens belong to (tokens)
+    alone : this DP rank's tokens are the EP group's only work (a prompt prefilled alone).
+        By default every DP rank brings as many tokens, so each GPU runs ``1 / TP`` of its
+        own rank's routed-expert GEMMs' worth (``1 / EP`` of the group's ``DP`` ranks' when
+        ``EP = TP * DP``); alone, the rank's routed GEMMs run on all ``EP`` GPUs at once,
+        ``1 / EP`` each. Example: DeepSeek-R1 on attention-DP 8, EP 8 (TP 1): the routed
+        experts, 20.4e9 of the 37e9 active params, take 1/8 of the time they take under
+        full load.
     """
     seqs = np.asarray(decode_tokens, dtype=np.float64)
     # speculative decoding verifies k + 1 tokens per sequence (1 when off): FLOPs and routed
@@ -242,7 +253,7 @@ def stage_cost(
     tokens = dec + pre
     shard = c.tp * c.pp
 
-    expert_bytes = streamed_expert_bytes_per_gpu(c, tokens)
+    expert_bytes = streamed_expert_bytes_per_gpu(c, tokens, alone)
     weight_bytes = streamed_nonexpert_bytes_per_gpu(c) + expert_bytes
     kv_bytes = seqs * kv_bytes_per_sequence_per_gpu(c, decode_context)
 
@@ -254,6 +265,11 @@ def stage_cost(
     matmul_params = c.active_params - untied_embedding_params(c)
     gemm_dec = 2.0 * matmul_params * dec / shard
     gemm_pre = 2.0 * matmul_params * pre / shard
+    # GPUs sharing a token's routed-expert GEMMs (see ``alone``)
+    routed_shard = np.where(c.ep > 1, c.ep * c.pp, shard) if alone else shard
+    if alone and _expert_parallel(c):
+        spread = 2.0 * routed_active_params(c) * pre * (1.0 / routed_shard - 1.0 / shard)
+        gemm_pre = gemm_pre + spread
     attention_dec = dec * attention_flops_per_context_token(c, True) * attended_dec / shard
     attention_pre = pre * attention_flops_per_context_token(c, False) * attended_pre / shard
     flops_dec = gemm_dec + attention_dec
@@ -280,7 +296,8 @@ def stage_cost(
         # the routed experts' GEMMs run at their own precision's peak: re-time that share
         own = (c.num_experts > 0) & (c.expert_peak_flops != c.peak_flops)
         routed = np.where(own, 2.0 * routed_active_params(c) / shard, 0.0)
-        expert_dec, expert_pre = routed * dec, routed * pre
+        expert_dec = routed * dec
+        expert_pre = np.where(own, 2.0 * routed_active_params(c) / routed_shard, 0.0) * pre
         rescale = np.where(own, 1.0 / c.expert_peak_flops - 1.0 / c.peak_flops, 0.0)
         gemm_flop_s = (
             gemm_flop_s
@@ -546,7 +563,8 @@ def prefill_time(c: CandidateArrays, prompt_tokens: np.ndarray) -> PrefillTime:
     p = np.maximum(np.asarray(prompt_tokens, dtype=np.float64), 1.0)
     chunk = np.minimum(p, c.max_num_batched_tokens)
     n_chunks = np.ceil(p / chunk)
-    stage = stage_cost(c, 0.0, 0.0, chunk, p)  # the whole chunk crosses every stage
+    # the whole chunk crosses every stage; no other DP rank shares its experts' GPUs
+    stage = stage_cost(c, 0.0, 0.0, chunk, p, alone=True)
     hop = pp_hop_s(c, chunk)
     overhead = step_overhead_total_s(c) + prompt_overhead_s(c)
     total = (n_chunks + c.pp - 1) * (stage.stage_s + hop) + n_chunks * overhead

@@ -275,6 +275,32 @@ def test_ep_dispatch_sends_a_token_once_per_rank_in_8_bits():
     assert bf16 == pytest.approx(58 * (4 * 1000 * r * 7168 / 450e9 + 2e-5))
 
 
+def test_a_prompt_alone_spreads_its_routed_experts_over_every_ep_gpu():
+    # given DeepSeek-V3 fp8 on B200 with attention-DP 8 and EP 8 (TP 1): a token runs
+    # k * params_per_expert * L_moe = 8 * (3 * 7168 * 2048) * 58 = 20,434,649,088 routed params
+    c = CandidateArrays.build(DEEPSEEK_V3, B200, "fp8", tp=1, ep=8, dp=8)
+    routed = 8 * 3 * 7168 * 2048 * 58
+    assert routed == 20_434_649_088
+    # when a 1,000-token prompt step is costed under full load (every DP rank brings 1,000
+    # tokens) and alone (the other ranks idle)
+    full = stage_cost(c, 0.0, 0.0, 1000.0, 1000.0)
+    alone = stage_cost(c, 0.0, 0.0, 1000.0, 1000.0, alone=True)
+    # then alone each GPU runs 1/8 of the rank's routed GEMMs instead of all of them:
+    # 2 * routed * 1000 * (1 - 1/8) = 3.5761e13 FLOPs fewer, the rest of the step the same
+    saved = 2 * routed * 1000 * (1 - 1 / 8)
+    assert saved == pytest.approx(3.5761e13, rel=1e-4)
+    assert full.flops_prefill - alone.flops_prefill == pytest.approx([saved])
+    assert alone.comm_s == pytest.approx(full.comm_s)
+    assert alone.stage_s < full.stage_s
+    # and a prompt prefilled alone (prefill_time) is that step
+    lone = prefill_time(c, np.array([1000.0]))
+    assert lone.stage.flops_prefill == pytest.approx(alone.flops_prefill)
+    # while TP 8 x EP 8 (one DP rank) already spreads them over the same 8 GPUs: no change
+    tp8 = CandidateArrays.build(DEEPSEEK_V3, B200, "fp8", tp=8, ep=8)
+    same = stage_cost(tp8, 0.0, 0.0, 1000.0, 1000.0, alone=True)
+    assert same.stage_s == pytest.approx(stage_cost(tp8, 0.0, 0.0, 1000.0, 1000.0).stage_s)
+
+
 def test_ep_beyond_the_node_reaches_the_other_node_over_the_nic():
     # given H100 nodes of 8 GPUs (NVLink 450 GB/s one way, NIC 50 GB/s), EP16 over two nodes
     comm = _ep_prefill_comm_s(H100, "fp8", 16, 1000.0)
