@@ -5,7 +5,9 @@ The mean-value model (sizing/disagg.py) gives means; this runs the requests thro
 1. the front end (``frontend_latency_s``), then the **prefill pool**: ``x * dp_p`` prefill
    ranks, each request routed to the rank with the fewest queued prompt tokens; a rank runs
    prefill-only steps of up to ``max_num_batched_tokens`` tokens, FCFS, a long prompt chunked
-   over several steps; step time ``steptime.decode_step(cp, 0, 0, tokens, p_eq)``;
+   over several steps; step time ``steptime.decode_step(cp, 0, 0, tokens, p_eq)``, ``alone``
+   when no other rank of its worker is mid-step (its routed experts then run on every EP GPU
+   of the worker, as the mean-value model's lone prompt, ``steptime.prefill_time``);
 2. the **KV transfer**: the request goes to the decode rank with the fewest sequences; that
    rank's link is a FCFS server occupied ``wire_s`` per request (``disagg.kv_transfer``), and
    the request's first token leaves ``exposed_s`` after its prefill (or after the link frees);
@@ -61,10 +63,12 @@ class _Timer:
         self.memo: dict[tuple, float] = {}
         self.decode_rows: dict[float, list[float]] = {}  # context grid value -> by count
 
-    def prefill_s(self, tokens: float, p_eq: float) -> float:
-        key = ("p", _grid(tokens, PREFILL_GRID_PER_OCTAVE), _grid(p_eq, PREFILL_GRID_PER_OCTAVE))
+    def prefill_s(self, tokens: float, p_eq: float, alone: bool = False) -> float:
+        grid = (_grid(tokens, PREFILL_GRID_PER_OCTAVE), _grid(p_eq, PREFILL_GRID_PER_OCTAVE))
+        key = ("p", *grid, alone)
         if key not in self.memo:
-            step = decode_step(self.cp, _one(0.0), _one(0.0), _one(key[1]), _one(key[2]))
+            step = decode_step(self.cp, _one(0.0), _one(0.0), _one(grid[0]), _one(grid[1]),
+                               alone=alone)  # fmt: skip
             self.memo[key] = float(step.step_s[0])
         return self.memo[key]
 
@@ -143,7 +147,8 @@ def simulate_disagg(
     isl_draw = np.maximum(isl.sample(requests, rng), 1).astype(np.int64)
     osl_draw = np.maximum(osl.sample(requests, rng), 1).astype(np.int64)
     timer = _Timer(cp, cd)
-    ranks_p = prefill_workers * int(cp.dp[0])
+    dp_p = int(cp.dp[0])
+    ranks_p = prefill_workers * dp_p
     ranks_d = decode_workers * int(cd.dp[0])
     budget = int(cp.max_num_batched_tokens[0])
     mean_isl, mean_osl = float(np.mean(isl_draw)), float(np.mean(osl_draw))
@@ -216,8 +221,10 @@ def simulate_disagg(
         for _ in done:  # the queue's first ones, in order (FCFS: a chunked prompt stops it)
             queues[rank].popleft()
         queued_tokens[rank] -= tokens
+        first = rank - rank % dp_p
+        alone = not p_busy[first : first + dp_p].any()  # before this rank is marked busy
         p_busy[rank] = True
-        push(t + timer.prefill_s(tokens, weighted / tokens), "prefilled", (rank, done))
+        push(t + timer.prefill_s(tokens, weighted / tokens, alone), "prefilled", (rank, done))
 
     def start_decode(rank: int, t: float) -> None:
         nonlocal admitted

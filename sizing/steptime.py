@@ -511,16 +511,18 @@ def decode_step(
     context_tokens: np.ndarray,
     prefill_tokens_per_rank: np.ndarray | float = 0.0,
     prompt_tokens: np.ndarray | float = 0.0,
+    alone: bool = False,
 ) -> StepTime:
     """Decode step of ``batch_per_rank`` sequences at mean ``context_tokens``, optionally
-    carrying ``prefill_tokens_per_rank`` chunked-prefill tokens (s).
+    carrying ``prefill_tokens_per_rank`` chunked-prefill tokens (s); ``alone``: the other DP
+    ranks of the EP group bring no tokens (``stage_cost``).
 
     ``step_s = PP * stage_s(B / PP, c, P / PP) + (PP - 1) * hop_s + overhead_s``
     (``step_overhead_total_s``).
     """
     b = np.asarray(batch_per_rank, dtype=np.float64)
     pre = np.asarray(prefill_tokens_per_rank, dtype=np.float64)
-    stage = stage_cost(c, b / c.pp, context_tokens, pre / c.pp, prompt_tokens)
+    stage = stage_cost(c, b / c.pp, context_tokens, pre / c.pp, prompt_tokens, alone)
     hop = pp_hop_s(c, (b * verify_tokens_per_sequence(c) + pre) / c.pp)
     overhead = step_overhead_total_s(c, b)
     if np.any(pre > 0):  # decode-only grids skip the all-zero term

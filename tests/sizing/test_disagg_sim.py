@@ -73,3 +73,31 @@ def test_the_step_memo_gives_each_call_its_own_core_numbers(moe):
     alone = decode_step(c, np.array([0.0]), np.array([0.0]), np.array([_grid(2000.0, 32)]),
                         np.array([p_eq])).step_s[0]  # fmt: skip
     assert timer.prefill_s(2000.0, 1800.0) == float(alone)
+
+
+def test_a_lone_prompt_on_an_expert_parallel_prefill_rank_is_the_mean_value_models():
+    # given DeepSeek-V3 fp8 on B200: one attention-DP 8 x EP 8 prefill worker, one TP8 x EP8
+    # decode worker, one client at a time (the prompt is always alone on its worker)
+    from tests.sizing.specs_catalog import B200, DEEPSEEK_V3
+
+    dep8 = dict(tp=1, pp=1, ep=8, dp=8)
+    tep8 = dict(tp=8, pp=1, ep=8, dp=1)
+
+    def worker(layout):
+        return CandidateArrays.build(DEEPSEEK_V3, B200, "fp8", None, layout["tp"], layout["pp"],
+                                     layout["ep"], layout["dp"])  # fmt: skip
+
+    cp, cd = worker(dep8), worker(tep8)
+    sim = simulate_disagg(cp, cd, 1, 1, LengthDist(4096), LengthDist(16), requests=12,
+                          concurrency=1, warmup_requests=2)  # fmt: skip
+    p = predict_disagg(DEEPSEEK_V3, B200, {**dep8, "workers": 1}, {**tep8, "workers": 1}, "fp8",
+                       None, 4096, 16, 1)  # fmt: skip
+    # then its TTFT is the model's lone prompt: front end + prefill alone + exposed transfer
+    lone = (p.prefill.frontend_s[0] + p.prefill.prefill_s[0] + p.transfer.exposed_s[0]) * 1e3
+    assert sim.mean_ms("ttft") == pytest.approx(lone, rel=0.03)
+    # and not the step under full load, where every GPU runs its own rank's routed experts
+    from sizing.steptime import decode_step
+
+    full = decode_step(cp, np.array([0.0]), np.array([0.0]), np.array([4096.0]),
+                       np.array([4096.0])).step_s[0]  # fmt: skip
+    assert p.prefill.prefill_s[0] < 0.9 * full
