@@ -237,13 +237,13 @@ def stage_cost(
     decode_context : their mean context (tokens)
     prefill_tokens : prompt tokens riding in the same pass (chunked prefill) (tokens)
     prompt_tokens : length of the prompts those prefill tokens belong to (tokens)
-    alone : this DP rank's tokens are the EP group's only work (a prompt prefilled alone).
-        By default every DP rank brings as many tokens, so each GPU runs ``1 / TP`` of its
-        own rank's routed-expert GEMMs' worth (``1 / EP`` of the group's ``DP`` ranks' when
-        ``EP = TP * DP``); alone, the rank's routed GEMMs run on all ``EP`` GPUs at once,
-        ``1 / EP`` each. Example: DeepSeek-R1 on attention-DP 8, EP 8 (TP 1): the routed
-        experts, 20.4e9 of the 37e9 active params, take 1/8 of the time they take under
-        full load.
+    alone : this DP rank's prompt tokens are the EP group's only work (a prompt prefilled
+        alone; decode tokens keep the full-load convention). By default every DP rank brings
+        as many tokens, so each GPU runs ``1 / TP`` of its own rank's routed-expert GEMMs'
+        worth (``1 / EP`` of the group's ``DP`` ranks' when ``EP = TP * DP``); alone, the
+        rank's routed GEMMs run on all ``max(EP, TP)`` GPUs at once. Example: DeepSeek-R1 on
+        attention-DP 8, EP 8 (TP 1): the routed experts, 20.4e9 of the 37e9 active params,
+        take 1/8 of the time they take under full load; with one DP rank nothing changes.
     """
     seqs = np.asarray(decode_tokens, dtype=np.float64)
     # speculative decoding verifies k + 1 tokens per sequence (1 when off): FLOPs and routed
@@ -266,7 +266,7 @@ def stage_cost(
     gemm_dec = 2.0 * matmul_params * dec / shard
     gemm_pre = 2.0 * matmul_params * pre / shard
     # GPUs sharing a token's routed-expert GEMMs (see ``alone``)
-    routed_shard = np.where(c.ep > 1, c.ep * c.pp, shard) if alone else shard
+    routed_shard = np.maximum(c.ep, c.tp) * c.pp if alone else shard
     if alone and _expert_parallel(c):
         spread = 2.0 * routed_active_params(c) * pre * (1.0 / routed_shard - 1.0 / shard)
         gemm_pre = gemm_pre + spread

@@ -295,10 +295,11 @@ def test_a_prompt_alone_spreads_its_routed_experts_over_every_ep_gpu():
     # and a prompt prefilled alone (prefill_time) is that step
     lone = prefill_time(c, np.array([1000.0]))
     assert lone.stage.flops_prefill == pytest.approx(alone.flops_prefill)
-    # while TP 8 x EP 8 (one DP rank) already spreads them over the same 8 GPUs: no change
-    tp8 = CandidateArrays.build(DEEPSEEK_V3, B200, "fp8", tp=8, ep=8)
-    same = stage_cost(tp8, 0.0, 0.0, 1000.0, 1000.0, alone=True)
-    assert same.stage_s == pytest.approx(stage_cost(tp8, 0.0, 0.0, 1000.0, 1000.0).stage_s)
+    # while one DP rank (TP 8 x EP 8, or TP 8 x EP 2) already spreads them over its 8 GPUs
+    for ep in (8, 2):
+        tp8 = CandidateArrays.build(DEEPSEEK_V3, B200, "fp8", tp=8, ep=ep)
+        same = stage_cost(tp8, 0.0, 0.0, 1000.0, 1000.0, alone=True)
+        assert same.stage_s == pytest.approx(stage_cost(tp8, 0.0, 0.0, 1000.0, 1000.0).stage_s)
 
 
 def test_ep_beyond_the_node_reaches_the_other_node_over_the_nic():
