@@ -61,10 +61,15 @@ class _Timer:
         # stay one-element arrays, as with the rows themselves)
         self.cp, self.cd = cp.scalar_row(), cd.scalar_row()
         self.memo: dict[tuple, float] = {}
+        #: whether a lone prefill step differs from a loaded one: only where the worker's EP
+        #: spreads a rank's routed experts wider than its TP (``steptime.stage_cost``); else
+        #: one memo cell serves both
+        self.alone_differs = bool(cp.ep[0] > cp.tp[0])
         self.decode_rows: dict[float, list[float]] = {}  # context grid value -> by count
 
     def prefill_s(self, tokens: float, p_eq: float, alone: bool = False) -> float:
         grid = (_grid(tokens, PREFILL_GRID_PER_OCTAVE), _grid(p_eq, PREFILL_GRID_PER_OCTAVE))
+        alone = alone and self.alone_differs
         key = ("p", *grid, alone)
         if key not in self.memo:
             step = decode_step(self.cp, _one(0.0), _one(0.0), _one(grid[0]), _one(grid[1]),

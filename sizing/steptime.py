@@ -296,8 +296,8 @@ def stage_cost(
         # the routed experts' GEMMs run at their own precision's peak: re-time that share
         own = (c.num_experts > 0) & (c.expert_peak_flops != c.peak_flops)
         routed = np.where(own, 2.0 * routed_active_params(c) / shard, 0.0)
-        expert_dec = routed * dec
-        expert_pre = np.where(own, 2.0 * routed_active_params(c) / routed_shard, 0.0) * pre
+        routed_pre = routed * (shard / routed_shard) if alone else routed
+        expert_dec, expert_pre = routed * dec, routed_pre * pre
         rescale = np.where(own, 1.0 / c.expert_peak_flops - 1.0 / c.peak_flops, 0.0)
         gemm_flop_s = (
             gemm_flop_s
