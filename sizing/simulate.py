@@ -65,6 +65,7 @@ from sizing.sim_kernel import (  # the memo grid: one definition, the compiled l
     block_keys,
     grid_key,
 )
+from sizing.step_affine import AffineStep, affine_step
 from sizing.steptime import decode_step
 
 Z95 = 1.6448536269514722  # standard normal 95th percentile
@@ -308,6 +309,11 @@ class StepTimer:
         self.core_calls = 0
         #: the rows the compiled event loop reads (``fill_table``)
         self.table = StepTable(TABLE_BYTES)
+        #: the row's step time as a few numbers per grid cell, which the compiled loop
+        #: composes itself (``sizing.step_affine``; None where the core is not of that shape)
+        self.affine: AffineStep | None = (
+            affine_step(self.core_c, max_decodes) if AFFINE_STEPS else None
+        )
 
     def key(self, ctx_mean: float, pre: float, p_eq: float) -> tuple[int, int, int]:
         """The memo cell of these inputs (see the module docstring)."""
@@ -598,6 +604,12 @@ class SimResult:
 #: The decode-only fast loop (``sim_kernel._decode_run``) on; a test turns it off to check it
 #: changes no number.
 DECODE_RUNS = True
+#: Whether a timer composes its row's step times in the compiled loop where the core
+#: decomposes (``sizing.step_affine``; environment ``SIZING_AFFINE_STEPS=0`` turns it off, to
+#: compare): the same numbers to rounding, without a return to Python per step-time block.
+AFFINE_STEPS = os.environ.get("SIZING_AFFINE_STEPS", "1") != "0"
+#: The loop's decomposition arguments for a row without one (no scalars: the table serves).
+NO_AFFINE = (np.zeros(0), np.zeros((1, 2)), np.zeros(1), np.zeros(1))
 
 
 def simulate(
@@ -735,12 +747,14 @@ class _Run:
                                self.hits, waiting, self.pend_t, self.pend_k)  # fmt: skip
         empty = (np.full(1, -1, dtype=np.int64), np.zeros(1, dtype=np.int64),
                  np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(1))  # fmt: skip
+        affine = getattr(self.timer, "affine", None)
+        affine = affine.arrays() if affine is not None else NO_AFFINE
         while True:
             table = self.table.arrays() if self.table is not None else empty
             status = K.run_loop(
                 self.cfg, self.tokens_per_step, self.frontend_s, self.st, self.fs, self.ri,
                 self.rf, times, isl, osl, self.hits, waiting, running, prefilling, chunks,
-                self.heap, self.pend_t, self.pend_k, self.phase, self.series, *table,
+                self.heap, self.pend_t, self.pend_k, self.phase, self.series, *table, *affine,
             )  # fmt: skip
             if status == K.DONE:
                 return

@@ -307,7 +307,7 @@ def stage_cost(
     mem_s = gemm_mem_s + attention_mem_s
     flop_s = gemm_flop_s + attention_flop_s
     stage_s = np.maximum(gemm_mem_s, gemm_flop_s) + np.maximum(attention_mem_s, attention_flop_s)
-    if _tensor_parallel(c) or _expert_parallel(c):  # else comm_s is all 0: skip adding it
+    if adds_communication(c):  # else comm_s is all 0: skip adding it
         stage_s = stage_s + comm_s
     return StageCost(
         weight_bytes=weight_bytes,
@@ -364,6 +364,11 @@ def _expert_parallel(c: CandidateArrays) -> bool:
 def _pipelined(c: CandidateArrays) -> bool:
     """Any row with PP > 1 (else no hop, and a step is its one stage)."""
     return bool((c.pp > 1).any())
+
+
+def adds_communication(c: CandidateArrays) -> bool:
+    """Whether a step adds ``comm_s`` (TP all-reduces or EP all-to-alls on some row)."""
+    return _tensor_parallel(c) or _expert_parallel(c)
 
 
 @row_constant

@@ -363,8 +363,10 @@ def test_decode_cell_holds_one_step_time_up_to_its_edge():
             assert plain.step_s(n_dec, float(x), 0, 0.0) == value
 
 
-def test_block_filled_simulation_equals_one_cell_per_core_call():
-    # given a 70B replica with variable lengths at a moderate load
+def test_block_filled_simulation_equals_one_cell_per_core_call(monkeypatch):
+    # given a 70B replica with variable lengths at a moderate load, its steps from the table
+    # (the loop composes a dense row's step times itself otherwise: sizing.step_affine)
+    monkeypatch.setattr("sizing.simulate.AFFINE_STEPS", False)
     c = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=2)
     w = Workload(lengths_from_mean_p95(1000, 3000), lengths_from_mean_p95(300, 800),
                  requests=300, rate_rps=2.0, warmup_requests=30, seed=5)  # fmt: skip
