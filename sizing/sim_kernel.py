@@ -331,7 +331,7 @@ def _pend_pop(t, k, length) -> int:
 def run_loop(cfg, tokens_per_step, frontend_s, st, fs, ri, rf, draws_t, draws_isl, draws_osl,
              hits, waiting, running, prefilling, chunks, heap, pend_t, pend_k, phase,
              series, hash_keys, hash_rows, row_start, row_len, values, aff_scalars,
-             aff_context, aff_prompt, aff_values):  # fmt: skip
+             aff_context, aff_prompt, aff_values, aff_weights):  # fmt: skip
     """Run the event loop until it ends (``DONE``) or needs something from the caller:
     ``NEED_ROW`` (a step-time row: the cell in ``st[S_NEED_*]``; with ``cfg[C_ONE_SHOT]`` the
     step time itself, given back in ``fs[F_GIVEN_DT]`` with ``st[S_GIVEN] = 1``), ``GROW``
@@ -346,7 +346,8 @@ def run_loop(cfg, tokens_per_step, frontend_s, st, fs, ri, rf, draws_t, draws_is
             if cfg[C_DECODE_RUNS] and st[S_NDEC] > 0 and no_prompts:
                 ran = _decode_run(cfg, frontend_s, st, fs, draws_t, heap, pend_t, phase,
                                   series, hash_keys, hash_rows, row_start, row_len, values,
-                                  aff_scalars, aff_context, aff_prompt, aff_values)  # fmt: skip
+                                  aff_scalars, aff_context, aff_prompt, aff_values,
+                                  aff_weights)  # fmt: skip
                 if ran < 0:
                     return NEED_ROW
                 if ran > 0:
@@ -384,7 +385,7 @@ def run_loop(cfg, tokens_per_step, frontend_s, st, fs, ri, rf, draws_t, draws_is
         p_eq = st[S_WEIGHTED] / pre if pre else 0.0
         dt = _step_s(cfg, st, fs, n_dec, ctx, pre, p_eq, hash_keys, hash_rows, row_start,
                      row_len, values, aff_scalars, aff_context, aff_prompt,
-                     aff_values)  # fmt: skip
+                     aff_values, aff_weights)  # fmt: skip
         if np.isnan(dt):
             return NEED_ROW
         st[S_IN_STEP] = 0
@@ -412,7 +413,8 @@ def _polls(cfg, st) -> bool:
 
 @compiled
 def _step_s(cfg, st, fs, n_dec, ctx, pre, p_eq, hash_keys, hash_rows, row_start, row_len,
-            values, aff_scalars, aff_context, aff_prompt, aff_values) -> float:  # fmt: skip
+            values, aff_scalars, aff_context, aff_prompt, aff_values,
+            aff_weights) -> float:  # fmt: skip
     """The step time: composed from the row's decomposition where it has one
     (``affine_step_s``), else from the table (or the one the caller gave); NaN with the cell
     asked for in the state when it is missing."""
@@ -424,8 +426,8 @@ def _step_s(cfg, st, fs, n_dec, ctx, pre, p_eq, hash_keys, hash_rows, row_start,
     p_k = grid_key(p_eq, PREFILL_GRID_PER_OCTAVE)
     dt = np.nan
     if aff_scalars.size:
-        dt = affine_step_s(aff_scalars, aff_context, aff_prompt, aff_values, n_dec, ctx_k,
-                           pre_k, p_k)  # fmt: skip
+        dt = affine_step_s(aff_scalars, aff_context, aff_prompt, aff_values, aff_weights,
+                           n_dec, ctx_k, pre_k, p_k)  # fmt: skip
     if np.isnan(dt) and not cfg[C_ONE_SHOT]:
         key = table_key(ctx_k, pre_k, p_k)
         dt = _row_value(hash_keys, hash_rows, row_start, row_len, values, key, n_dec)
@@ -577,17 +579,24 @@ def _next_entry_s(cfg, frontend_s, st, draws_t, pend_t) -> float:
 
 
 @compiled
-def affine_step_s(scalars, per_context, per_prompt, prompt_values, n_dec, ctx_k, pre_k,
+def affine_step_s(scalars, per_context, per_prompt, prompt_values, weights, n_dec, ctx_k, pre_k,
                   p_k) -> float:  # fmt: skip
     """Step time (s) of ``n_dec`` decodes in context cell ``ctx_k`` carrying the prompt-token
     cell ``pre_k`` at attention-length cell ``p_k``, composed from a row's decomposition
-    (``sizing.step_affine``: GEMM roofline + attention roofline + all-reduces + host cost),
+    (``sizing.step_affine``: GEMM roofline + attention roofline + all-reduces + host cost;
+    ``weights[pre_k, n_dec]``, the weights' stream, where it grows with the routed tokens),
     NaN for a cell beyond its arrays (the table then serves it)."""
     if ctx_k >= per_context.shape[0] or pre_k >= prompt_values.size or p_k >= per_prompt.size:
         return np.nan
+    if weights.shape[0] > 0:  # a MoE row: the experts its tokens route to
+        if pre_k >= weights.shape[0] or n_dec >= weights.shape[1]:
+            return np.nan
+        stream = weights[pre_k, n_dec]
+    else:
+        stream = scalars[A_GM]
     n = float(n_dec)
     pre = prompt_values[pre_k]
-    gemm = max(scalars[A_GM], scalars[A_GD] * n + scalars[A_GP] * pre)
+    gemm = max(stream, scalars[A_GD] * n + scalars[A_GP] * pre)
     attention = max(n * per_context[ctx_k, 0], n * per_context[ctx_k, 1] + pre * per_prompt[p_k])
     comm = scalars[A_C0] + scalars[A_C1] * (n + pre)
     host = scalars[A_O0] + scalars[A_O1] * n + (scalars[A_PO] if pre > 0 else 0.0)
@@ -595,20 +604,20 @@ def affine_step_s(scalars, per_context, per_prompt, prompt_values, n_dec, ctx_k,
 
 
 @compiled
-def affine_step_cells(scalars, per_context, per_prompt, prompt_values, n_dec, ctx_k, pre_k,
-                      p_k) -> np.ndarray:  # fmt: skip
+def affine_step_cells(scalars, per_context, per_prompt, prompt_values, weights, n_dec, ctx_k,
+                      pre_k, p_k) -> np.ndarray:  # fmt: skip
     """``affine_step_s`` of many cells at once (the decomposition's check)."""
     out = np.empty(n_dec.size)
     for i in range(n_dec.size):
-        out[i] = affine_step_s(scalars, per_context, per_prompt, prompt_values, n_dec[i],
-                               ctx_k[i], pre_k[i], p_k[i])  # fmt: skip
+        out[i] = affine_step_s(scalars, per_context, per_prompt, prompt_values, weights,
+                               n_dec[i], ctx_k[i], pre_k[i], p_k[i])  # fmt: skip
     return out
 
 
 @compiled
 def _decode_run(cfg, frontend_s, st, fs, draws_t, heap, pend_t, phase, series, hash_keys,
                 hash_rows, row_start, row_len, values, aff_scalars, aff_context, aff_prompt,
-                aff_values) -> int:  # fmt: skip
+                aff_values, aff_weights) -> int:  # fmt: skip
     """Decode-only steps while nothing else can happen: 1 if any ran, 0 if none, -1 when a
     step's row is missing (the state kept up to the last step run).
 
@@ -632,7 +641,7 @@ def _decode_run(cfg, frontend_s, st, fs, draws_t, heap, pend_t, phase, series, h
         ctx = (a_sum + n_dec * (s + 1)) / n_dec
         dt = _step_s(cfg, st, fs, n_dec, ctx, 0, 0.0, hash_keys, hash_rows, row_start,
                      row_len, values, aff_scalars, aff_context, aff_prompt,
-                     aff_values)  # fmt: skip
+                     aff_values, aff_weights)  # fmt: skip
         if np.isnan(dt):
             missing = True
             break

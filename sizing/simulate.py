@@ -32,7 +32,10 @@ by at most ~1.1 % from the rounding.
 The event loop is compiled (``sizing.sim_kernel``, numba): request state lives in numpy arrays
 (O(requests); the decodes as aggregates: count, sum of ``context - step``, a completion heap
 and 16 block-phase counters), the arrivals and lengths are drawn up front in the order the
-pure-Python loop drew them, and the loop returns here only for a step-time block it lacks.
+pure-Python loop drew them. A row on one stage without drafting or adapters (dense or MoE)
+hands the loop its step time as a few numbers per grid cell read from the core
+(``sizing.step_affine``), which the loop composes itself, the same numbers to rounding; any
+other row's loop returns here for a step-time block it lacks.
 """
 
 from __future__ import annotations
@@ -309,11 +312,13 @@ class StepTimer:
         self.core_calls = 0
         #: the rows the compiled event loop reads (``fill_table``)
         self.table = StepTable(TABLE_BYTES)
-        #: the row's step time as a few numbers per grid cell, which the compiled loop
-        #: composes itself (``sizing.step_affine``; None where the core is not of that shape)
-        self.affine: AffineStep | None = (
-            affine_step(self.core_c, max_decodes) if AFFINE_STEPS else None
-        )
+
+    @functools.cached_property
+    def affine(self) -> AffineStep | None:
+        """The row's step time as a few numbers per grid cell, which the compiled loop
+        composes itself (``sizing.step_affine``; None where the core is not of that shape).
+        Built when a simulation first asks (a MoE row's weight stream is a table of its own)."""
+        return affine_step(self.core_c, len(self.decodes) - 1) if AFFINE_STEPS else None
 
     def key(self, ctx_mean: float, pre: float, p_eq: float) -> tuple[int, int, int]:
         """The memo cell of these inputs (see the module docstring)."""
@@ -609,7 +614,7 @@ DECODE_RUNS = True
 #: compare): the same numbers to rounding, without a return to Python per step-time block.
 AFFINE_STEPS = os.environ.get("SIZING_AFFINE_STEPS", "1") != "0"
 #: The loop's decomposition arguments for a row without one (no scalars: the table serves).
-NO_AFFINE = (np.zeros(0), np.zeros((1, 2)), np.zeros(1), np.zeros(1))
+NO_AFFINE = (np.zeros(0), np.zeros((1, 2)), np.zeros(1), np.zeros(1), np.zeros((0, 0)))
 
 
 def simulate(

@@ -1,31 +1,34 @@
 """A candidate row's step time as a few numbers per grid cell, for the compiled event loop.
 
-For a dense row on one pipeline stage, without drafting or adapters, ``steptime.decode_step``
-of ``n`` decodes at context ``ctx`` carrying ``P`` prompt tokens of attention length ``p`` is
+For a row on one pipeline stage, without drafting or adapters, ``steptime.decode_step`` of
+``n`` decodes at context ``ctx`` carrying ``P`` prompt tokens of attention length ``p`` is
 
 ``step_s = max(GM, GD n + GP P) + max(n AM(ctx), n AFd(ctx) + P AFp(p)) + C0 + C1 (n + P)
 + O0 + O1 n + [P > 0] PO``
 
-(the GEMMs' roofline, attention's own roofline, the TP all-reduces, the host cost): every
-term is a constant, linear in ``n`` or ``P``, or a per-sequence / per-token cost that depends
-on the context (``AM``, ``AFd``) or the attention length (``AFp``) alone. This module reads
-those numbers **from the core itself** (``decode_step`` at one decode, one prompt token,
-every context cell: no formula is typed twice), and the compiled loop
-(``sim_kernel.affine_step_s``) composes them per step instead of returning to Python for a
-step-time row, which was most of a simulation's time (16,943 core calls of 8,192 step times
-on the typical scenario).
+(the GEMMs' roofline, attention's own roofline, the TP all-reduces and EP all-to-alls, the
+host cost): every term is a constant, linear in ``n`` or ``P``, or a per-sequence /
+per-token cost that depends on the context (``AM``, ``AFd``) or the attention length
+(``AFp``) alone; on a MoE row the weights' stream ``GM`` grows with the tokens the step
+routes (the experts they hit), so it is a table by prompt-token cell and decode count. This
+module reads those numbers **from the core itself** (``decode_step`` at one decode, one
+prompt token, every context cell, every token count: no formula is typed twice), and the
+compiled loop (``sim_kernel.affine_step_s``) composes them per step instead of returning to
+Python for a step-time row, which was most of a simulation's time (16,943 core calls of
+8,192 step times each on the typical scenario).
 
 The shape above is a claim about the core, so each row's decomposition is checked against
 ``decode_step`` on ``CHECK_CELLS`` random cells before the loop uses it; a row whose core
-does not decompose so (MoE routing, pipeline stages, drafting, adapters: any term that is not
-affine in ``n`` and ``P``) gets ``None`` and keeps the step-time table (sim_kernel's
-``NEED_ROW`` path). The values agree with the table's to rounding (``CHECK_RTOL``).
+does not decompose so (pipeline stages, drafting, adapters: any term that is not of that
+shape) gets ``None`` and keeps the step-time table (sim_kernel's ``NEED_ROW`` path), as does
+a cell beyond the arrays (a context past 2^24 tokens, a MoE step past its token budget).
+The values agree with the table's to rounding (``CHECK_RTOL``).
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -44,8 +47,9 @@ from sizing.sim_kernel import (
     GRID_PER_OCTAVE,
     PREFILL_GRID_PER_OCTAVE,
     affine_step_cells,
+    grid_key,
 )
-from sizing.steptime import adds_communication, decode_step
+from sizing.steptime import adds_communication, decode_step, has_experts
 
 #: Largest context and prompt length the decomposition covers (tokens): 2^24, 16.8M; a cell
 #: beyond it takes the step-time table.
@@ -67,9 +71,12 @@ class AffineStep:
     per_context: np.ndarray
     per_prompt: np.ndarray
     prompt_values: np.ndarray
+    #: a MoE row's weight stream (s) by prompt-token key x decodes (its routed experts grow
+    #: with the tokens); empty (0 x 0) for a dense row, whose stream is ``scalars[A_GM]``
+    weights: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
 
     def arrays(self) -> tuple[np.ndarray, ...]:
-        return self.scalars, self.per_context, self.per_prompt, self.prompt_values
+        return self.scalars, self.per_context, self.per_prompt, self.prompt_values, self.weights
 
     def step_s(self, n: np.ndarray, ctx_k: np.ndarray, pre_k: np.ndarray, p_k: np.ndarray):
         """The composed step times of many cells (s): the compiled loop's own function."""
@@ -117,8 +124,24 @@ def affine_step(c: CandidateArrays, max_decodes: int, seed: int = 0) -> AffineSt
         per_context=np.ascontiguousarray(np.stack([_full(x, ctx) for x in per_decode], axis=1)),
         per_prompt=_full(per_prompt.stage.attention_flop_s, prm),
         prompt_values=prm,
+        weights=_routed_weights_s(c, max_decodes, prm),
     )
     return affine if _agrees(c, affine, max_decodes, seed) else None
+
+
+def _routed_weights_s(c: CandidateArrays, max_decodes: int, prm: np.ndarray) -> np.ndarray:
+    """A MoE row's weight stream (s) at every prompt-token key up to its token budget x
+    0..``max_decodes`` decodes: ``decode_step``'s GEMM memory time at no context (the experts
+    the step's tokens route to; steptime.streamed_expert_bytes_per_gpu). 0 x 0 for a dense
+    row. A step beyond the budget (a whole prompt without chunking) takes the table."""
+    if not has_experts(c):
+        return np.zeros((0, 0))
+    keys = grid_key(float(np.asarray(c.max_num_batched_tokens).reshape(-1)[0]),
+                    PREFILL_GRID_PER_OCTAVE) + 1  # fmt: skip
+    decodes = np.arange(max_decodes + 1, dtype=np.float64)[None, :]
+    step = decode_step(c, decodes, 0.0, prm[:keys, None], 1.0).stage
+    shape = (min(keys, prm.size), decodes.size)
+    return np.ascontiguousarray(np.broadcast_to(step.mem_s - step.attention_mem_s, shape))
 
 
 def _first(x) -> float:
@@ -131,17 +154,18 @@ def _full(x, like: np.ndarray) -> np.ndarray:
 
 def _agrees(c: CandidateArrays, affine: AffineStep, max_decodes: int, seed: int) -> bool:
     """The composed step time equals ``decode_step`` on random cells, decode-only and
-    mixed, up to rounding."""
+    mixed, up to rounding (cells the decomposition leaves to the table aside)."""
     rng = np.random.default_rng(seed)
     n = rng.integers(0, max(max_decodes, 1) + 1, CHECK_CELLS).astype(np.float64)
     n[: CHECK_CELLS // 4] = np.arange(CHECK_CELLS // 4) % (max(max_decodes, 1) + 1)
     ctx, prm = grid_values(GRID_PER_OCTAVE), grid_values(PREFILL_GRID_PER_OCTAVE)
+    prompt_keys = affine.weights.shape[0] or len(prm)  # a MoE row covers its token budget
     ctx_k = rng.integers(0, len(ctx), CHECK_CELLS)
-    pre_k = rng.integers(0, len(prm), CHECK_CELLS)
+    pre_k = rng.integers(0, prompt_keys, CHECK_CELLS)
     pre_k[::2] = 0  # decode-only steps
     p_k = rng.integers(1, len(prm), CHECK_CELLS)
     core = decode_step(c, n, ctx[ctx_k], prm[pre_k], prm[p_k]).step_s
     composed = affine.step_s(n, ctx_k, pre_k, p_k)
     core = np.broadcast_to(core, composed.shape)
-    return bool(np.all(np.isfinite(composed)) and np.allclose(composed, core, rtol=CHECK_RTOL,
-                                                                atol=0.0))  # fmt: skip
+    covered = np.isfinite(composed)
+    return bool(covered.all() and np.allclose(composed, core, rtol=CHECK_RTOL, atol=0.0))

@@ -366,6 +366,11 @@ def _pipelined(c: CandidateArrays) -> bool:
     return bool((c.pp > 1).any())
 
 
+def has_experts(c: CandidateArrays) -> bool:
+    """Whether any row routes tokens to experts (MoE)."""
+    return _has_experts(c)
+
+
 def adds_communication(c: CandidateArrays) -> bool:
     """Whether a step adds ``comm_s`` (TP all-reduces or EP all-to-alls on some row)."""
     return _tensor_parallel(c) or _expert_parallel(c)

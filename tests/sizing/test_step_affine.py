@@ -7,7 +7,7 @@ from specs_catalog import B200, GPT_OSS_120B, H100, LLAMA_8B, LLAMA_70B
 
 from sizing import simulate as sim
 from sizing.candidates import CandidateArrays
-from sizing.sim_kernel import A_C0, A_C1, A_GD, A_GM, A_O0, A_O1, A_PO
+from sizing.sim_kernel import A_C0, A_C1, A_GD, A_GM, A_O0, A_O1, A_PO, grid_key
 from sizing.simulate import (
     StepTimer,
     Workload,
@@ -74,20 +74,33 @@ def test_the_decompositions_constants_are_the_cores_terms():
     assert s[A_C1] > 0
 
 
-@pytest.mark.parametrize(
-    "c",
-    [
-        CandidateArrays.build(GPT_OSS_120B, B200, "fp8", tp=2),
-        CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=4, pp=2),
-    ],
-    ids=["moe", "tp4 pp2"],
-)
-def test_a_row_whose_core_does_not_decompose_keeps_the_table(c):
-    # given a MoE row (its expert bytes grow non-linearly with tokens) and a two-stage row
+def test_a_two_stage_row_keeps_the_table():
+    # given a row on two pipeline stages (a step is PP stage passes and the hops between)
+    c = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=4, pp=2)
     # when its decomposition is asked for, then there is none (the check fails): the timer
     # leaves the loop to its step-time table
     assert affine_step(c.scalar_row(), 256) is None
     assert StepTimer(c, 256).affine is None
+
+
+def test_a_moe_rows_weight_stream_follows_the_tokens_it_routes():
+    # given gpt-oss-120b fp8 on two B200s (128 experts, 4 per token)
+    row = CandidateArrays.build(GPT_OSS_120B, B200, "fp8", tp=2)
+    affine = affine_step(row.scalar_row(), 256)
+    # then its weight stream is a table by prompt-token key and decodes, growing with them
+    assert affine is not None and affine.weights.shape == (grid_key(8192, 32) + 1, 257)
+    # (to rounding: every expert is streamed once a few thousand tokens route)
+    assert np.all(np.diff(affine.weights[0]) > 0)
+    by_tokens = affine.weights[np.argsort(affine.prompt_values[: len(affine.weights)]), 5]
+    assert np.all(np.diff(by_tokens) >= -1e-15)
+    assert affine.weights[-1, 5] > 2 * affine.weights[0, 1]
+    # and each cell is the core's, a step past the token budget left to the table
+    cells = np.array(CELLS).T
+    np.testing.assert_allclose(
+        affine.step_s(*cells), [_core(row, *cell) for cell in CELLS], rtol=1e-12
+    )
+    over = affine.step_s([3], [700], [grid_key(20_000, 32)], [grid_key(20_000, 32)])
+    assert np.isnan(over[0])
 
 
 def test_speculative_decoding_keeps_the_table():
@@ -99,13 +112,16 @@ def test_speculative_decoding_keeps_the_table():
     assert StepTimer(c, 256).affine is None
 
 
-@pytest.mark.parametrize(("model", "tp", "rate"), [(LLAMA_8B, 1, 4.0), (LLAMA_70B, 2, 1.0)],
-                         ids=["8b tp1", "70b tp2"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("model", "gpu", "tp", "rate"),
+    [(LLAMA_8B, H100, 1, 4.0), (LLAMA_70B, H100, 2, 1.0), (GPT_OSS_120B, B200, 2, 4.0)],
+    ids=["8b tp1", "70b tp2", "moe tp2"],
+)
 def test_a_simulation_with_composed_step_times_is_the_tables_to_rounding(
-    monkeypatch, model, tp, rate
+    monkeypatch, model, gpu, tp, rate
 ):
     # given a replica with drawn lengths at a moderate load
-    c = CandidateArrays.build(model, H100, "fp8", tp=tp)
+    c = CandidateArrays.build(model, gpu, "fp8", tp=tp)
     w = Workload(lengths_from_mean_p95(1000, 3000), lengths_from_mean_p95(300, 800),
                  requests=300, rate_rps=rate, warmup_requests=30, seed=5)  # fmt: skip
     eng = engine_for(c, 1000, 300)
@@ -124,7 +140,7 @@ def test_a_simulation_with_composed_step_times_is_the_tables_to_rounding(
 
 
 @pytest.mark.django_db
-def test_every_dense_catalog_model_decomposes_and_no_moe_model_does(catalog):
+def test_every_catalog_model_decomposes_on_one_stage(catalog):
     from fleets.models import GpuSku, ModelArchitecture
     from fleets.selectors import gpu_spec, model_spec
 
@@ -140,5 +156,5 @@ def test_every_dense_catalog_model_decomposes_and_no_moe_model_does(catalog):
                 c = CandidateArrays.build(m, gpu, precision, tp=tp).scalar_row()
                 found = affine_step(c, 256) is not None
                 decomposes.setdefault("moe" if m.num_experts else "dense", set()).add(found)
-    # then every dense row's loop composes its step times, every MoE row's reads the table
-    assert decomposes == {"dense": {True}, "moe": {False}}
+    # then every row's loop composes its step times, dense or MoE
+    assert decomposes == {"dense": {True}, "moe": {True}}
