@@ -57,6 +57,9 @@ MAX_TOKENS_LOG2 = 24
 #: Random cells each row's decomposition is checked on, and the agreement asked of it.
 CHECK_CELLS = 512
 CHECK_RTOL = 1e-9
+#: Most cells of a MoE row's weight-stream table (prompt-token keys x decodes; 32 MB): a
+#: larger one (a huge token budget and batch) is left to the step-time table.
+MAX_WEIGHT_CELLS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -118,29 +121,35 @@ def affine_step(c: CandidateArrays, max_decodes: int, seed: int = 0) -> AffineSt
     scalars[A_O0] = _first(idle.overhead_s)
     scalars[A_O1] = _first(decode.overhead_s) - scalars[A_O0]
     scalars[A_PO] = _first(prompt.overhead_s) - scalars[A_O0]
+    weights = _routed_weights_s(c, max_decodes, prm)
+    if weights is None:
+        return None
     per_decode = [per_context.stage.attention_mem_s, per_context.stage.attention_flop_s]
     affine = AffineStep(
         scalars=scalars,
         per_context=np.ascontiguousarray(np.stack([_full(x, ctx) for x in per_decode], axis=1)),
         per_prompt=_full(per_prompt.stage.attention_flop_s, prm),
         prompt_values=prm,
-        weights=_routed_weights_s(c, max_decodes, prm),
+        weights=weights,
     )
     return affine if _agrees(c, affine, max_decodes, seed) else None
 
 
-def _routed_weights_s(c: CandidateArrays, max_decodes: int, prm: np.ndarray) -> np.ndarray:
+def _routed_weights_s(c: CandidateArrays, max_decodes: int, prm: np.ndarray) -> np.ndarray | None:
     """A MoE row's weight stream (s) at every prompt-token key up to its token budget x
     0..``max_decodes`` decodes: ``decode_step``'s GEMM memory time at no context (the experts
     the step's tokens route to; steptime.streamed_expert_bytes_per_gpu). 0 x 0 for a dense
-    row. A step beyond the budget (a whole prompt without chunking) takes the table."""
+    row; None past ``MAX_WEIGHT_CELLS``. A step beyond the budget (a whole prompt without
+    chunking) takes the table."""
     if not has_experts(c):
         return np.zeros((0, 0))
-    keys = grid_key(float(np.asarray(c.max_num_batched_tokens).reshape(-1)[0]),
-                    PREFILL_GRID_PER_OCTAVE) + 1  # fmt: skip
+    budget = float(np.asarray(c.max_num_batched_tokens).reshape(-1)[0])
+    keys = min(grid_key(budget, PREFILL_GRID_PER_OCTAVE) + 1, prm.size)
+    if keys * (max_decodes + 1) > MAX_WEIGHT_CELLS:
+        return None
     decodes = np.arange(max_decodes + 1, dtype=np.float64)[None, :]
     step = decode_step(c, decodes, 0.0, prm[:keys, None], 1.0).stage
-    shape = (min(keys, prm.size), decodes.size)
+    shape = (keys, decodes.size)
     return np.ascontiguousarray(np.broadcast_to(step.mem_s - step.attention_mem_s, shape))
 
 

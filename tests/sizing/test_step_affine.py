@@ -158,3 +158,12 @@ def test_every_catalog_model_decomposes_on_one_stage(catalog):
                 decomposes.setdefault("moe" if m.num_experts else "dense", set()).add(found)
     # then every row's loop composes its step times, dense or MoE
     assert decomposes == {"dense": {True}, "moe": {True}}
+
+
+def test_a_moe_row_past_the_weight_table_bound_keeps_the_step_time_table(monkeypatch):
+    # given a bound on the weight-stream table below gpt-oss-120b's 482 keys x 257 decodes
+    monkeypatch.setattr("sizing.step_affine.MAX_WEIGHT_CELLS", 482 * 257 - 1)
+    c = CandidateArrays.build(GPT_OSS_120B, B200, "fp8", tp=2)
+    # then its step times come from the table, a dense row's still composed
+    assert affine_step(c.scalar_row(), 256) is None
+    assert affine_step(CandidateArrays.build(LLAMA_8B, H100, "bf16").scalar_row(), 256)
