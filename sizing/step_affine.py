@@ -49,7 +49,8 @@ from sizing.sim_kernel import (
     affine_step_cells,
     grid_key,
 )
-from sizing.steptime import adds_communication, decode_step, has_experts
+from sizing.speculative import verify_tokens_per_sequence
+from sizing.steptime import adds_communication, decode_step, has_experts, weight_stream_s
 
 #: Largest context and prompt length the decomposition covers (tokens): 2^24, 16.8M; a cell
 #: beyond it takes the step-time table.
@@ -137,8 +138,8 @@ def affine_step(c: CandidateArrays, max_decodes: int, seed: int = 0) -> AffineSt
 
 def _routed_weights_s(c: CandidateArrays, max_decodes: int, prm: np.ndarray) -> np.ndarray | None:
     """A MoE row's weight stream (s) at every prompt-token key up to its token budget x
-    0..``max_decodes`` decodes: ``decode_step``'s GEMM memory time at no context (the experts
-    the step's tokens route to; steptime.streamed_expert_bytes_per_gpu). 0 x 0 for a dense
+    0..``max_decodes`` decodes: ``stage_cost``'s GEMM memory time (``steptime.weight_stream_s``:
+    the non-expert weights and the experts the step's tokens route to). 0 x 0 for a dense
     row; None past ``MAX_WEIGHT_CELLS``. A step beyond the budget (a whole prompt without
     chunking) takes the table."""
     if not has_experts(c):
@@ -147,10 +148,10 @@ def _routed_weights_s(c: CandidateArrays, max_decodes: int, prm: np.ndarray) -> 
     keys = min(grid_key(budget, PREFILL_GRID_PER_OCTAVE) + 1, prm.size)
     if keys * (max_decodes + 1) > MAX_WEIGHT_CELLS:
         return None
+    # the tokens a step routes: its decodes' verified tokens and its prompt tokens
     decodes = np.arange(max_decodes + 1, dtype=np.float64)[None, :]
-    step = decode_step(c, decodes, 0.0, prm[:keys, None], 1.0).stage
-    shape = (keys, decodes.size)
-    return np.ascontiguousarray(np.broadcast_to(step.mem_s - step.attention_mem_s, shape))
+    tokens = decodes * verify_tokens_per_sequence(c) + prm[:keys, None]
+    return np.ascontiguousarray(weight_stream_s(c, tokens), dtype=np.float64)
 
 
 def _first(x) -> float:

@@ -221,6 +221,19 @@ def prefill_mean_context(c: CandidateArrays, prompt_tokens: np.ndarray) -> tuple
     return 0.5 * p, windowed
 
 
+def hbm_read_s(c: CandidateArrays, bytes_per_gpu: np.ndarray) -> np.ndarray:
+    """Time to read ``bytes_per_gpu`` from HBM at the achieved bandwidth, ``B / (BW * eta_mem)``
+    (s)."""
+    return bytes_per_gpu / (c.hbm_bytes_s * c.eta_mem)
+
+
+def weight_stream_s(c: CandidateArrays, tokens: np.ndarray) -> np.ndarray:
+    """A stage's weight read for ``tokens`` per DP rank (s): the non-expert weights and the
+    routed experts those tokens hit (``stage_cost``'s GEMM memory time, the same numbers)."""
+    expert_bytes = streamed_expert_bytes_per_gpu(c, tokens)
+    return hbm_read_s(c, streamed_nonexpert_bytes_per_gpu(c) + expert_bytes)
+
+
 def stage_cost(
     c: CandidateArrays,
     decode_tokens: np.ndarray,
@@ -278,8 +291,8 @@ def stage_cost(
     # a roofline per kernel kind: the GEMMs stream the weights, attention reads the cache in
     # kernels of its own (at its cache's precision's peak), so a step whose GEMMs are
     # compute-bound (a large batch) and whose attention is memory-bound pays for both
-    gemm_mem_s = weight_bytes / (c.hbm_bytes_s * c.eta_mem)
-    attention_mem_s = kv_bytes / (c.hbm_bytes_s * c.eta_mem)
+    gemm_mem_s = hbm_read_s(c, weight_bytes)
+    attention_mem_s = hbm_read_s(c, kv_bytes)
     gemm_flop_s = gemm_dec / (c.peak_flops * c.eta_flop_decode) + gemm_pre / (
         c.peak_flops * c.eta_flop_prefill
     )
