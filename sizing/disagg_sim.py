@@ -39,6 +39,7 @@ from sizing.simulate import (
     PERCENTILES,
     PREFILL_GRID_PER_OCTAVE,
     LengthDist,
+    context_cell,
     grid_key,
     grid_value,
 )
@@ -78,15 +79,24 @@ class _Timer:
         return self.memo[key]
 
     def decode_s(self, n: int, ctx: float) -> float:
-        """One core call fills the context cell's row of decode counts 0..2^k > n (the core is
-        elementwise: each count's time is the one a call for that count alone gives)."""
-        grid = _grid(ctx, GRID_PER_OCTAVE)
+        """A decode step of ``n`` sequences at mean context ``ctx`` (s)."""
+        return self.decode_row(n, ctx)[0][n]
+
+    def decode_row(self, n: int, ctx: float) -> tuple[list[float], float, float]:
+        """The step times by decode count of ``ctx``'s context cell, at least ``n + 1`` of
+        them, and the open interval of contexts in that cell (``simulate.context_cell``: a
+        caller may reuse the row while its context stays inside). One core call fills the
+        row of decode counts 0..2^k > n (the core is elementwise: each count's time is the
+        one a call for that count alone gives)."""
+        k = grid_key(ctx, GRID_PER_OCTAVE)
+        grid = grid_value(k, GRID_PER_OCTAVE)
         row = self.decode_rows.get(grid)
         if row is None or n >= len(row):
             counts = np.arange(max(DECODE_ROW_MIN, 1 << int(n).bit_length()), dtype=np.float64)
             row = decode_step(self.cd, counts, _one(grid)).step_s.tolist()
             self.decode_rows[grid] = row
-        return row[n]
+        low, high = context_cell(k)
+        return row, low, high
 
 
 def _one(x: float) -> np.ndarray:
@@ -186,12 +196,17 @@ def simulate_disagg(
     # s + o and its context grows by one a step. Per rank: steps run, sequences, the sum of
     # their contexts (integers in floats: exact), and a heap of (finish step, admission
     # order, request): finishers leave in admission order, as a list of them would.
-    steps_d = np.zeros(ranks_d, dtype=np.int64)
-    running_n = np.zeros(ranks_d, dtype=np.int64)
-    context_sum = np.zeros(ranks_d)
+    # (Python lists: a decode step touches them once per rank and step, ~10^5-10^6 times a
+    # run, and a list's item is several times cheaper to read and update than an array's)
+    steps_d = [0] * ranks_d
+    running_n = [0] * ranks_d
+    context_sum = [0.0] * ranks_d
     finishing: list[list] = [[] for _ in range(ranks_d)]
     admitted = 0
-    d_busy = np.zeros(ranks_d, dtype=bool)
+    d_busy = [False] * ranks_d
+    # each rank's last context cell: its row of step times and the contexts it covers (the
+    # mean context moves by about one token a step, a cell spans ~1 % of it)
+    cells: list = [((), 0.0, 0.0)] * ranks_d
     load_d = np.zeros(ranks_d)
     sent = 0
     finished: list[int] = []
@@ -240,12 +255,16 @@ def simulate_disagg(
             admitted += 1
             heapq.heappush(finishing[rank], (steps_d[rank] + int(req[i, 2]), admitted, i))
             running_n[rank] += 1
-            context_sum[rank] += req[i, 1]
-        n = int(running_n[rank])
+            context_sum[rank] += float(req[i, 1])
+        n = running_n[rank]
         if n == 0:
             return
         d_busy[rank] = True
-        push(t + timer.decode_s(n, context_sum[rank] / n), "decoded", rank)
+        ctx = context_sum[rank] / n
+        row, low, high = cells[rank]
+        if not (low < ctx < high and n < len(row)):
+            row, low, high = cells[rank] = timer.decode_row(n, ctx)
+        push(t + row[n], "decoded", rank)
 
     if concurrency is not None:
         for _ in range(min(concurrency, requests)):
@@ -286,7 +305,7 @@ def simulate_disagg(
             while finishing[d] and finishing[d][0][0] <= steps_d[d]:
                 _, _, i = heapq.heappop(finishing[d])
                 running_n[d] -= 1
-                context_sum[d] -= req[i, 1] + req[i, 2]  # its context after its last token
+                context_sum[d] -= float(req[i, 1] + req[i, 2])  # its context after its last token
                 req[i, 5] = t
                 finished.append(i)
                 load_d[d] -= 1
