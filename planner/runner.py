@@ -162,8 +162,12 @@ def size_candidates(inputs: dict, indices) -> list[dict]:
     by_label: dict[str, PlanRow] = {}
     split = [snap.is_disagg(inputs["candidates"][i]) for i in indices]
     agg = [(i, c) for i, c, d in zip(indices, candidates, split, strict=True) if not d]
-    for slug, group in _by_model(inputs, *_unzip(agg)).items():
-        result: Plan = plan(traffic, slo, policy, group, snap.api_price(inputs, slug))
+    if agg:
+        # one chain call for every model (each row with its model's API price for the
+        # break-even): a row's numbers are its own whatever it is sized beside, and the
+        # vectorized stages cost per call more than per row
+        prices = [snap.api_price(inputs, inputs["candidates"][i]["model"]) for i, _ in agg]
+        result: Plan = plan(traffic, slo, policy, [c for _, c in agg], prices)
         by_label.update((row.label, row) for row in result.rows)
     disagg = [(i, c) for i, c, d in zip(indices, candidates, split, strict=True) if d]
     for slug, group in _by_model(inputs, *_unzip(disagg)).items():

@@ -1013,7 +1013,7 @@ def plan(
     slo: Slo,
     policy: Policy,
     candidates: Sequence[Candidate],
-    api_price: ApiPrice | None = None,
+    api_price: ApiPrice | Sequence[ApiPrice | None] | None = None,
     tails: TailConstants | None = DEFAULT_TAILS,
     capacity: Sequence[Capacity | None] | None = None,
 ) -> Plan:
@@ -1027,11 +1027,18 @@ def plan(
     analytic percentile model's (``sizing.tail_model``, fitted to the simulator: the rate
     meeting the SLO percentile and goodput; "analytic"); with ``tails=None`` the mean-value
     rate itself (statistic "mean", for checks against the closed forms). That capacity enters
-    the one headroom -> cost -> break-even -> band stage (``sizing.fleet``).
+    the one headroom -> cost -> break-even -> band stage (``sizing.fleet``). ``api_price``:
+    one for every candidate, or one per candidate (each model's own API: a run sizes all its
+    models in one call, since a row's numbers depend on its own inputs only).
     """
     cands = list(candidates)
     if not cands:
         return Plan((), {}, traffic, slo, policy)
+    if api_price is None or isinstance(api_price, ApiPrice):
+        api_price = [api_price] * len(cands)
+    api_price = list(api_price)
+    if len(api_price) != len(cands):
+        raise ValueError(f"api_price: {len(api_price)} prices for {len(cands)} candidates")
     if traffic.images_per_request > 0 and traffic.image_tokens <= 0:
         # vision-language prompts: each model's image tokens join its prompt (sizing.vision)
         groups: dict[float, list[int]] = {}
@@ -1040,8 +1047,9 @@ def plan(
         rows: list = [None] * len(cands)
         for per_image, idx in groups.items():
             given = None if capacity is None else [capacity[i] for i in idx]
+            prices = [api_price[i] for i in idx]
             sub = _plan_unranked([cands[i] for i in idx], vision.fold_images(traffic, per_image),
-                                 slo, policy, api_price, tails, given)  # fmt: skip
+                                 slo, policy, prices, tails, given)  # fmt: skip
             for i, row in zip(idx, sub, strict=True):
                 rows[i] = row
         return _ranked(rows, traffic, slo, policy)
@@ -1061,13 +1069,14 @@ def _plan_rows(
     traffic: Traffic,
     slo: Slo,
     policy: Policy,
-    api_price: ApiPrice | None,
+    api_price: Sequence[ApiPrice | None],
     tails: TailConstants | None,
     capacity: Sequence[Capacity | None] | None,
     routed: _Routed | None = None,
 ) -> list[PlanRow]:
-    """Every candidate through the chain (unranked). ``routed``: the prefix hit rate and
-    load imbalance the routing policy gives each row (``_route``), else the traffic's."""
+    """Every candidate through the chain (unranked). ``api_price``: each candidate's API
+    alternative (or None). ``routed``: the prefix hit rate and load imbalance the routing
+    policy gives each row (``_route``), else the traffic's."""
     c = candidate_arrays(cands)
     n = len(c)
     hit = routed.hit_rate if routed is not None else np.full(n, traffic.prefix_hit_rate)
@@ -1129,8 +1138,8 @@ def _plan_rows(
                 d += staged(STAGE_FLEET, [lora_fleet_step(c, fleet, i)])
             band, band_steps = error_band(fleet, i, cands[i].calibration.relative_error)
             d += staged(STAGE_BAND, band_steps)
-        if serves and api_price is not None:
-            bev, bev_steps = breakeven(fleet, i, api_price)
+        if serves and api_price[i] is not None:
+            bev, bev_steps = breakeven(fleet, i, api_price[i])
             d += staged(STAGE_BREAKEVEN, bev_steps)
         # last, so the chain's stages keep their order: which setting binds, chunk frontier
         d += staged(STAGE_ENGINE, engine_steps(c, fit, engine, i))

@@ -178,6 +178,32 @@ def test_plan_ranks_and_explains():
         assert row.usd_per_month == min(r.usd_per_month for r in ok if r.gpu == gpu)
 
 
+def test_each_model_priced_against_its_own_api_in_one_call_gives_each_row_its_own_numbers():
+    # given two models with their own API prices, and an API for one model only
+    import dataclasses
+
+    cands = [CANDS[1], CANDS[2], Candidate(LLAMA_8B, H100, "fp8"), Candidate(LLAMA_8B, L40S, "fp8")]
+    cands = [dataclasses.replace(c, label=f"c{i}") for i, c in enumerate(cands)]
+    api_70b, api_8b = ApiPrice(0.6, 0.8, label="hosted 70B"), ApiPrice(0.1, 0.2, label="8B")
+    policy = Policy(target_utilization=0.7, spare_replicas=1)
+    # when sized in one call with a price per candidate, and per model in calls of their own
+    together = plan(TRAFFIC, SLO, policy, cands, [api_70b, api_70b, api_8b, None]).rows
+    alone = [*plan(TRAFFIC, SLO, policy, cands[:2], api_70b).rows,
+             *plan(TRAFFIC, SLO, policy, cands[2:3], api_8b).rows,
+             *plan(TRAFFIC, SLO, policy, cands[3:]).rows]  # fmt: skip
+    # then every row is the same but for its rank, break-even against its own model's API
+    by_label = {r.label: r for r in alone}
+    for row in together:
+        other = by_label[row.label]
+        assert {**row.__dict__, "rank": 0} == {**other.__dict__, "rank": 0}, row.label
+    bev = {r.label: r.breakeven for r in together}
+    assert bev[cands[0].label].api_usd_per_mtok == pytest.approx((2000 * 0.6 + 300 * 0.8) / 2300)
+    assert bev[cands[2].label].api_usd_per_mtok == pytest.approx((2000 * 0.1 + 300 * 0.2) / 2300)
+    assert bev[cands[3].label] is None
+    with pytest.raises(ValueError, match="api_price: 1 prices for 4 candidates"):
+        plan(TRAFFIC, SLO, policy, cands, [api_70b])
+
+
 def test_plan_p95_context_must_fit():
     # 70B fp8 on 2 L40S fits at the mean, but a 120k-token p95 prompt exceeds its KV budget
     t = Traffic(
