@@ -440,8 +440,11 @@ class StepTimer:
 
     @property
     def nbytes(self) -> int:
-        """Memory held by the memo: the compiled loop's table and the blocks (bytes)."""
-        return self.table.nbytes + self.block_bytes
+        """Memory held by the memo: the compiled loop's table, the blocks and the row's
+        decomposition once built (a MoE row's weight table up to 32 MB) (bytes)."""
+        affine = self.__dict__.get("affine")  # the cached property, without building it
+        held = sum(a.nbytes for a in affine.arrays()) if affine is not None else 0
+        return self.table.nbytes + self.block_bytes + held
 
 
 _shared = threading.local()
