@@ -169,9 +169,9 @@ def size_candidates(inputs: dict, indices) -> list[dict]:
         prices = [snap.api_price(inputs, inputs["candidates"][i]["model"]) for i, _ in agg]
         result: Plan = plan(traffic, slo, policy, [c for _, c in agg], prices)
         by_label.update((row.label, row) for row in result.rows)
-    disagg = [(i, c) for i, c, d in zip(indices, candidates, split, strict=True) if d]
-    for slug, group in _by_model(inputs, *_unzip(disagg)).items():
-        by_label.update((row.label, row) for row in disagg_rows(inputs, slug, group))
+    disagg = [c for c, d in zip(candidates, split, strict=True) if d]
+    if disagg:  # likewise one call for every model
+        by_label.update((row.label, row) for row in disagg_rows(inputs, disagg))
     rows = [by_label[candidate.label] for candidate in candidates]
     bounds = optimistic_bounds(rows, [k.gpu.usd_per_gpu_hour for k in candidates], traffic, policy)
     out = []
@@ -182,31 +182,19 @@ def size_candidates(inputs: dict, indices) -> list[dict]:
     return out
 
 
-def _unzip(pairs: list[tuple[int, object]]) -> tuple[list[int], list]:
-    return [i for i, _ in pairs], [c for _, c in pairs]
-
-
-def disagg_rows(inputs: dict, model_slug: str, group: list, given=None) -> list[PlanRow]:
-    """The disaggregated candidates of one model through ``sizing.disagg_plan`` (``given``:
-    the tail stage's pool sizes, else the mean-value sizing)."""
+def disagg_rows(inputs: dict, group: list, given=None) -> list[PlanRow]:
+    """Disaggregated candidates through ``sizing.disagg_plan``, each with its model's API
+    price (``given``: the tail stage's pool sizes, else the mean-value sizing)."""
     from sizing.disagg_plan import plan_disagg
 
     rows = {c["key"]: c for c in inputs["candidates"]}
     scales = [snap.disagg_fit(inputs, rows[c.label]).wait_scale for c in group]
     allowed = [rows[c.label].get("pool_tp_options") for c in group]
+    prices = [snap.api_price(inputs, rows[c.label]["model"]) for c in group]
     return plan_disagg(
-        group, snap.traffic(inputs), snap.slo(inputs), snap.policy(inputs),
-        snap.api_price(inputs, model_slug), given=given, prefill_wait_scale=scales,
-        allowed_tps=allowed,
+        group, snap.traffic(inputs), snap.slo(inputs), snap.policy(inputs), prices,
+        given=given, prefill_wait_scale=scales, allowed_tps=allowed,
     )  # fmt: skip
-
-
-def _by_model(inputs: dict, indices: list[int], candidates: list) -> dict[str, list]:
-    """Candidates grouped by model slug: each model's break-even has its own API price."""
-    groups: dict[str, list] = {}
-    for i, candidate in zip(indices, candidates, strict=True):
-        groups.setdefault(inputs["candidates"][i]["model"], []).append(candidate)
-    return groups
 
 
 #: The simulated capacity per replica has stayed under this multiple of the larger of the

@@ -325,8 +325,7 @@ def disagg_simulated_row(inputs: dict, candidate_index: int, found: dict) -> dic
                         found["warmup_requests"], found["seed"])  # fmt: skip
     given = PoolsGiven(**stored, steps=tuple(steps))
     [core] = snap.candidates(inputs, [candidate_index])
-    model = inputs["candidates"][candidate_index]["model"]
-    [row] = runner.disagg_rows(inputs, model, [core], given=[given])
+    [row] = runner.disagg_rows(inputs, [core], given=[given])
     values = runner.row_values(row, inputs, candidate_index)
     values["derivation"]["simulated"] = runner.clean_json(
         {k: v for k, v in found.items() if k not in ("key", "given")}

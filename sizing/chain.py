@@ -1034,11 +1034,7 @@ def plan(
     cands = list(candidates)
     if not cands:
         return Plan((), {}, traffic, slo, policy)
-    if api_price is None or isinstance(api_price, ApiPrice):
-        api_price = [api_price] * len(cands)
-    api_price = list(api_price)
-    if len(api_price) != len(cands):
-        raise ValueError(f"api_price: {len(api_price)} prices for {len(cands)} candidates")
+    api_price = api_prices(api_price, len(cands))
     if traffic.images_per_request > 0 and traffic.image_tokens <= 0:
         # vision-language prompts: each model's image tokens join its prompt (sizing.vision)
         groups: dict[float, list[int]] = {}
@@ -1055,6 +1051,19 @@ def plan(
         return _ranked(rows, traffic, slo, policy)
     rows = _plan_unranked(cands, traffic, slo, policy, api_price, tails, capacity)
     return _ranked(rows, traffic, slo, policy)
+
+
+def api_prices(
+    api_price: ApiPrice | Sequence[ApiPrice | None] | None, n: int
+) -> list[ApiPrice | None]:
+    """One API alternative per candidate: ``api_price`` for all ``n``, or the list given
+    (its length checked)."""
+    if api_price is None or isinstance(api_price, ApiPrice):
+        return [api_price] * n
+    prices = list(api_price)
+    if len(prices) != n:
+        raise ValueError(f"api_price: {len(prices)} prices for {n} candidates")
+    return prices
 
 
 def _plan_unranked(cands, traffic, slo, policy, api_price, tails, capacity) -> list[PlanRow]:

@@ -50,6 +50,7 @@ from sizing.chain import (
     STAGE_FLEET,
     Candidate,
     PlanRow,
+    api_prices,
 )
 from sizing.derivation import Step, q, staged, step
 from sizing.disagg import (
@@ -186,7 +187,7 @@ def plan_disagg(
     traffic: Traffic,
     slo: Slo,
     policy: Policy,
-    api_price: ApiPrice | None = None,
+    api_price: ApiPrice | Sequence[ApiPrice | None] | None = None,
     given: Sequence[PoolsGiven | None] | None = None,
     prefill_wait_scale: Sequence[float] | None = None,
     allowed_tps: Sequence[Sequence[int] | None] | None = None,
@@ -196,15 +197,17 @@ def plan_disagg(
     sizes per candidate (else the mean-value sizing). ``prefill_wait_scale``: the fitted
     scale on the prefill queue's wait per candidate (``sizing.disagg.DisaggFit``; 1 unfitted);
     the candidates' calibrations carry the rest of the fit. ``allowed_tps``: per candidate the
-    TP degrees its pools may take (the scenario's TP options; None: ``POOL_TP_OPTIONS``)."""
+    TP degrees its pools may take (the scenario's TP options; None: ``POOL_TP_OPTIONS``).
+    ``api_price``: one for all, or one per candidate (``chain.api_prices``)."""
+    prices = api_prices(api_price, len(cands))
     given = list(given) if given is not None else [None] * len(cands)
     scales = list(prefill_wait_scale) if prefill_wait_scale is not None else [1.0] * len(cands)
     sized, chosen = search_layouts(cands, traffic, slo, policy, scales, allowed_tps, given)
     return [
         _unfit(c, "no TP degree divides the attention heads")
         if k is None
-        else _row(c, sized, k, traffic, slo, policy, api_price, g)
-        for c, k, g in zip(cands, chosen, given, strict=True)
+        else _row(c, sized, k, traffic, slo, policy, price, g)
+        for c, k, g, price in zip(cands, chosen, given, prices, strict=True)
     ]
 
 

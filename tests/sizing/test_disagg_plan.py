@@ -91,6 +91,19 @@ def test_a_candidate_sizes_the_same_alone_and_among_others():
     assert alone.pools == among.pools
 
 
+def test_each_model_priced_against_its_own_api_in_one_call():
+    # given an 8B and a 70B candidate, each model with its own API price
+    small, large = _candidate(LLAMA_8B), _candidate(LLAMA_70B, H100, "fp8")
+    cheap = ApiPrice(0.1, 0.2, label="8B")
+    # when planned in one call with a price each, and in calls of their own
+    together = plan_disagg([small, large], TRAFFIC, SLO, POLICY, [cheap, API])
+    apart = [plan_disagg([small], TRAFFIC, SLO, POLICY, cheap)[0],
+             plan_disagg([large], TRAFFIC, SLO, POLICY, API)[0]]  # fmt: skip
+    # then every row is the same, break-even against its own model's API
+    assert together == apart
+    assert together[0].breakeven.api_usd_per_mtok == pytest.approx((1000 * 0.1 + 200 * 0.2) / 1200)
+
+
 @pytest.mark.parametrize("model", [LLAMA_8B, LLAMA_70B], ids=lambda m: m.name)
 def test_h200_never_needs_more_gpus_than_h100(model):
     # H200 is H100's die with more and faster HBM: at the same price it is never worse
