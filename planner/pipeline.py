@@ -168,9 +168,10 @@ def finish(rows: list[dict], tails_on: bool) -> tuple[list[dict], dict[str, str]
     {gpu_slug: recommended candidate key}.
     """
     if tails_on:
+        best_simulated = _best_simulated(rows)
         for row in rows:
             if row["fits"] and not is_simulated(row) and can_be_simulated(row):
-                _not_evaluated(row, rows)
+                _not_evaluated(row, best_simulated.get(prune_group(row)))
     eligible = [r for r in rows if is_simulated(r) or not tails_on]
     order, best = runner.rank_and_pick([{f: r[f] for f in runner.RANK_FIELDS} for r in eligible])
     by_key = {r["candidate_key"]: r for r in rows}
@@ -185,12 +186,19 @@ def finish(rows: list[dict], tails_on: bool) -> tuple[list[dict], dict[str, str]
     return ranked, best
 
 
-def _not_evaluated(row: dict, rows: list[dict]) -> None:
-    """Clear a pruned row's values and say why (its bound, and what its group's best simulated
-    option is: the option it could not beat)."""
-    group = prune_group(row)
-    group_rows = [r for r in rows if prune_group(r) == group and is_simulated(r)]
-    best = min((_metric(r) for r in group_rows if r["meets_slo"]), default=None)
+def _best_simulated(rows: list[dict]) -> dict[tuple[str, str], tuple[float, float]]:
+    """Each prune group's best simulated option meeting the SLO (``_metric``)."""
+    best: dict[tuple[str, str], tuple[float, float]] = {}
+    for r in rows:
+        if is_simulated(r) and r["meets_slo"]:
+            group = prune_group(r)
+            best[group] = min(best.get(group, (math.inf, math.inf)), _metric(r))
+    return best
+
+
+def _not_evaluated(row: dict, best: tuple[float, float] | None) -> None:
+    """Clear a pruned row's values and say why (its bound, and ``best``, its group's best
+    simulated option: the option it could not beat)."""
     bound = row["derivation"]["bound"]
     if _failed(row):
         why = f"not evaluated: the simulation failed ({row['derivation']['simulation_error']})"

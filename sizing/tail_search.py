@@ -54,6 +54,12 @@ OVERLOAD_GROWTH = 2.0
 NEAR_SLO_SCORE = 2.0
 #: Warm start from the analytic model: the first probe half a tolerance window below it.
 WARM_START_SHARE = 1 / (1 + REL_TOL) ** 0.5
+#: The score's elasticity in the rate (d log score / d log rate) assumed where the probes do
+#: not measure it: the secants of the runs' searches across their SLO crossing measured 0.3-1.2
+#: (typical and 1,200-candidate bench scenarios); 1 is "score ~ rate", as one probe assumed.
+PRIOR_SLOPE = 1.0
+#: Two probes closer than this (rate ratio) give no secant of their own (see ``_estimate``).
+SECANT_MIN_SPAN = 1.1
 
 
 # ============================================================================ simulation
@@ -195,20 +201,27 @@ def _binding(fail: Probe | None, slo) -> str:
 
 def _estimate(probes: list[Probe]) -> float | None:
     """Rate where the score crosses 1, on the line in log-log through the two probes nearest
-    the SLO (a secant: they bracket the knee best); one probe assumes score ~ rate. None when
-    the scores do not rise with the rate (no slope to follow)."""
+    the SLO (a secant: they bracket the knee best). One probe, or two closer than
+    ``SECANT_MIN_SPAN`` whose secant is shallower than ``PRIOR_SLOPE``, use ``PRIOR_SLOPE``
+    from the nearer one: between close probes the simulation's noise is most of the score's
+    difference, and a flat secant sends the search far below the SLO. None when probes far
+    enough apart do not rise with the rate (no slope to follow)."""
     near = sorted(
         {p.rate_rps: p for p in probes if p.score > 0}.values(),
         key=lambda p: abs(math.log(p.score)),
     )
     if not near:
         return None
-    if len(near) == 1:
-        return near[0].rate_rps / near[0].score
-    a, b = near[0], near[1]
-    slope = math.log(b.score / a.score) / math.log(b.rate_rps / a.rate_rps)
-    if not slope > 0.05:
-        return None
+    a, slope = near[0], PRIOR_SLOPE
+    if len(near) > 1:
+        b = near[1]
+        secant = math.log(b.score / a.score) / math.log(b.rate_rps / a.rate_rps)
+        if max(a.rate_rps, b.rate_rps) / min(a.rate_rps, b.rate_rps) > SECANT_MIN_SPAN:
+            if not secant > 0.05:
+                return None
+            slope = secant
+        else:
+            slope = max(secant, PRIOR_SLOPE)
     return a.rate_rps * math.exp(-math.log(a.score) / slope)
 
 
@@ -226,9 +239,11 @@ def max_rate_rps(
     where halving from a 2x bracket takes ~6, which is most of the time per candidate.
 
     ``warm``: ``hint_rps`` is the analytic percentile model's rate (``sizing.tail_model``,
-    fitted to this simulator), so the first probe sits just under it and the second just
-    across the tolerance window: when the model is within ~2.5 % two simulations close the
-    bracket; otherwise the search goes on as above.
+    fitted to this simulator), so the first probe sits just under it; when that probe's
+    score puts the crossing within half a tolerance window, the second goes just across the
+    window and two simulations close the bracket; otherwise the search goes on as above.
+    (The runs' searches of the typical and the 1,200-candidate bench scenarios: 3.2 and 3.6
+    probes each, from 3.9 and 4.2 with a fixed step across the window and no prior slope.)
     """
     probes: list[Probe] = []
     floor_rps = hint_rps / MAX_STEP_DOWN if hint_rps > 0 else upper_rps * 1e-3
@@ -247,7 +262,7 @@ def max_rate_rps(
             break  # the ceiling itself meets the SLO
         if lo is not None and hi is not None and hi.rate_rps / lo.rate_rps <= 1 + REL_TOL:
             break
-        if warm and len(probes) == 1:
+        if warm and len(probes) == 1 and _within_half_window(p):
             step_factor = (1 + REL_TOL) / 1.002  # a hair inside the window: one verdict closes
             x = min(x * step_factor, upper_rps) if p.meets else x / step_factor
             continue
@@ -258,6 +273,13 @@ def max_rate_rps(
     high = hi.rate_rps if hi is not None else upper_rps
     binding = "throughput" if hi is None else _binding(hi, replica.slo)
     return RateFound(rate, rate, high, upper_rps, tuple(probes), binding)
+
+
+def _within_half_window(p: Probe) -> bool:
+    """Whether ``p``'s score puts the crossing within half a tolerance window of its rate
+    (at ``PRIOR_SLOPE``): then one step across the window closes the bracket; farther, the
+    estimate places the next probe (a warm start's probe at score 1.19 is ~16 % off)."""
+    return p.score > 0 and abs(math.log(p.score)) <= PRIOR_SLOPE * math.log(1 + REL_TOL) / 2
 
 
 def _next_rate(lo, hi, probes, upper_rps: float, floor_rps: float) -> float | None:
@@ -281,7 +303,10 @@ def _next_rate(lo, hi, probes, upper_rps: float, floor_rps: float) -> float | No
         return min(max(guess, lo.rate_rps * 1.25), lo.rate_rps * 4, upper_rps)
     a, b = lo.rate_rps, hi.rate_rps
     same_side_twice = len(probes) > 2 and probes[-1].meets == probes[-2].meets
-    if estimate is None or not a < estimate < b or (same_side_twice and b / a > 1.5):
+    # an estimate just past an end (within a window) puts the crossing at that end: the
+    # probe a hair inside the window from it closes the bracket; one farther out is noise
+    inside = estimate is not None and a / window < estimate < b * window
+    if not inside or (same_side_twice and b / a > 1.5):
         estimate = math.sqrt(a * b)
     edge = 1.002  # stay a hair inside the window so the stop test passes
     if estimate / a < window:

@@ -1,8 +1,22 @@
-"""The simulated search's step-down: when does a failing probe end the search?"""
+"""The simulated search: where the next probe goes, and when a failing probe ends it."""
+
+from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
-from sizing.tail_search import OVERLOAD_GROWTH, Probe, _next_rate, _ttft_growth
+from sizing.tail_search import (
+    OVERLOAD_GROWTH,
+    PRIOR_SLOPE,
+    REL_TOL,
+    SECANT_MIN_SPAN,
+    WARM_START_SHARE,
+    Probe,
+    _estimate,
+    _next_rate,
+    _ttft_growth,
+    max_rate_rps,
+)
 
 
 def _failing(rate_rps: float, score: float, ttft_growth: float) -> Probe:
@@ -50,8 +64,65 @@ def test_a_probe_near_the_slo_never_ends_the_search_by_extrapolation():
     high, low = _failing(1.754, 1.197, 1.0), _failing(1.674, 1.193, 1.0)
     # when the secant through them points far below the floor (0.22 req/s)
     step = _next_rate(None, low, [high, low], upper_rps=4.0, floor_rps=0.22)
-    # then the search steps down (4x at most) instead of giving up
-    assert step == 1.674 / 4
+    # then the search does not give up: the probes are too close for a secant of their own
+    # (5 % apart, their scores' difference is the simulation's noise), so it steps down to
+    # the nearer probe's crossing at the prior slope, a tolerance window below it
+    assert step == pytest.approx(1.674 / 1.193 ** (1 / PRIOR_SLOPE) / (1 + REL_TOL), rel=1e-12)
+    assert 0.22 < step < 1.674 / 1.25
+
+
+def test_probes_far_enough_apart_whose_scores_do_not_rise_give_no_estimate():
+    # given two failing probes 30 % apart with the same score
+    a, b = _failing(2.0, 1.2, 1.0), _failing(1.54, 1.2, 1.0)
+    # then the secant says nothing: no estimate (the search halves the bracket instead)
+    assert SECANT_MIN_SPAN < 2.0 / 1.54
+    assert _estimate([a, b]) is None
+
+
+def test_close_probes_with_a_steep_secant_keep_it():
+    # given two probes 5 % apart whose scores rise steeply (slope 3 in log-log)
+    a = _failing(1.0, 1.1, 1.0)
+    b = Probe(1.0 / 1.05, True, 1.1 / 1.05**3, 1e3, 10.0, 0.0, 0.0, 0.0, 1.0)
+    # then the steeper of the secant and the prior is used: the crossing from the nearer
+    assert _estimate([a, b]) == pytest.approx(b.rate_rps * b.score ** (-1 / 3), rel=1e-12)
+
+
+class _ScoredReplica:
+    """A stand-in replica whose score is (rate / crossing) ** slope (``probe`` only)."""
+
+    def __init__(self, crossing_rps: float, slope: float):
+        self.crossing_rps, self.slope, self.rates = crossing_rps, slope, []
+        self.slo = SimpleNamespace(ttft_ms=1e3, tpot_ms=10.0)
+
+    def probe(self, rate_rps: float) -> Probe:
+        self.rates.append(rate_rps)
+        score = (rate_rps / self.crossing_rps) ** self.slope
+        return Probe(rate_rps, score <= 1, score, 1e3 * score, 10.0, 0.0, 0.0, 0.0, 1.0)
+
+
+def test_a_warm_start_far_from_the_slo_goes_to_the_estimate_not_across_the_window():
+    # given a replica whose SLO crossing is 20 % below the analytic hint (score ~ rate)
+    replica = _ScoredReplica(crossing_rps=8.0, slope=1.0)
+    # when the warm search starts
+    found = max_rate_rps(replica, hint_rps=10.0, upper_rps=100.0, warm=True)
+    # then the second probe goes where the first one's score puts the crossing (a window
+    # below it, as a failing probe's step down does), not one window below the first, and
+    # the bracket closes around the crossing in four probes (the search before took six)
+    first = 10.0 * WARM_START_SHARE
+    assert replica.rates[0] == pytest.approx(first)
+    assert replica.rates[1] == pytest.approx(8.0 / (1 + REL_TOL), rel=1e-9)
+    assert len(found.probes) <= 4
+    assert found.low_rps <= 8.0 <= found.high_rps <= found.low_rps * (1 + REL_TOL)
+
+
+def test_a_warm_start_within_half_a_window_steps_across_it():
+    # given a crossing 1 % below the first probe
+    first = 10.0 * WARM_START_SHARE
+    replica = _ScoredReplica(crossing_rps=first / 1.01, slope=1.0)
+    # then the second probe is one window (a hair inside) below the first, and closes
+    found = max_rate_rps(replica, hint_rps=10.0, upper_rps=100.0, warm=True)
+    assert len(found.probes) == 2
+    assert replica.rates[1] == pytest.approx(first / ((1 + REL_TOL) / 1.002))
 
 
 def test_a_rerun_at_the_last_probes_rate_reuses_its_simulation():
