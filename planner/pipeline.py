@@ -2,7 +2,7 @@
 
 1. ``runner.size_candidates``: every candidate through the chain with the analytic
    percentile model (vectorized), each with an optimistic bound on its cost.
-2. Rounds of ``next_to_simulate`` -> ``simulate`` (bound-and-prune per GPU SKU x model): each
+2. Rounds of ``next_to_simulate`` -> ``simulate_round`` (bound-and-prune per GPU SKU x model): each
    round simulates, per (GPU, model) group, the cheapest analytic candidate not simulated yet
    whose bound could still beat that group's best simulated option; a round with nothing to do
    ends the search. Grouping by model too gives every cell of the model x GPU grid
@@ -17,8 +17,11 @@
    (``SIZING_SIMULATE_TAILS``, ``plan --no-tails``) every row keeps its analytic sizing and
    the recommendation says so.
 
-A Celery run spreads each round over the workers (a chord of ``simulate_candidate`` tasks);
-``plan`` loops in-process. Both call these functions.
+A Celery run spreads each round's searches over the workers (a chord of
+``simulate_candidate`` tasks, each putting its search in the cache), then its callback runs
+``simulate_round`` on the round's rows, which finds every search in the cache and re-sizes
+the rows in one chain call; ``plan`` runs ``simulate_round`` in-process. Both call these
+functions.
 """
 
 from __future__ import annotations
@@ -116,39 +119,63 @@ def next_to_simulate(rows: list[dict]) -> list[str]:
     return picked
 
 
-def simulate(inputs: dict, candidate_index: int, row: dict, cache=None) -> dict:
-    """The row re-sized on simulated tails (``cache``: get(key) / put(key, value) or None)."""
+def search(inputs: dict, candidate_index: int, row: dict, cache=None) -> dict:
+    """The candidate's tail search as plain JSON: from ``cache`` (get(key) / put(key, value)
+    or None) when it holds it, else simulated and put there."""
     key = tails.cache_key(inputs, candidate_index)
     found = cache.get(key) if cache is not None else None
+    if found is not None:
+        return found
     if snap.is_disagg(inputs["candidates"][candidate_index]):
-        if found is None:
-            found = tails.disagg_search(inputs, candidate_index, row, key)
-            if cache is not None:
-                cache.put(key, found)
-        values = tails.disagg_simulated_row(inputs, candidate_index, found)
-        values["derivation"]["bound"] = row["derivation"].get("bound")
-        return values
-    if found is None:
+        found = tails.disagg_search(inputs, candidate_index, row, key)
+    else:
         analytic = row["derivation"].get("requests_per_s_per_replica") or 0.0
         mean_value = (row["derivation"].get("mean_value") or {}).get("requests_per_s_per_replica")
         warm = analytic > 0
         found = tails.search(inputs, candidate_index, analytic or mean_value or 0.0, warm, key)
-        if cache is not None:
-            cache.put(key, found)
-    values = tails.simulated_row(inputs, candidate_index, found)
-    values["derivation"]["bound"] = row["derivation"].get("bound")
+    if cache is not None:
+        cache.put(key, found)
+    return found
+
+
+def resize(inputs: dict, searched: list[tuple[int, dict, dict]]) -> list[dict]:
+    """Rows re-sized on their searches, ``(candidate index, analytic row, search)`` each, in
+    one call (``tails.simulated_rows``); each keeps its analytic row's optimistic bound."""
+    values = tails.simulated_rows(inputs, [(i, found) for i, _, found in searched])
+    for v, (_, row, _) in zip(values, searched, strict=True):
+        v["derivation"]["bound"] = row["derivation"].get("bound")
     return values
 
 
-def simulate_or_reason(inputs: dict, candidate_index: int, row: dict, cache=None) -> dict:
-    """``simulate``, or on any error the analytic row with the reason recorded: it stays
-    unsimulated (never recommended), and the run goes on."""
+def with_reason(row: dict, exc: Exception) -> dict:
+    """The analytic row with why its simulation failed: it stays unsimulated (never
+    recommended), and the run goes on."""
+    derivation = dict(row["derivation"])
+    derivation["simulation_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    return {**row, "derivation": derivation}
+
+
+def simulate_round(inputs: dict, items: list[tuple[int, dict]], cache=None) -> list[dict]:
+    """A round's rows, ``(candidate index, analytic row)`` each, on simulated tails: each
+    searched (``search``; an error leaves that row analytic with its reason), then all
+    re-sized in one call (should that fail, row by row, so one bad row takes no other down).
+    The values are each row's own: the same as a round of one row each."""
+    out: dict[int, dict] = {}
+    searched = []
+    for i, row in items:
+        try:
+            searched.append((i, row, search(inputs, i, row, cache)))
+        except Exception as exc:  # noqa: BLE001 - a simulator bug must not fail the run
+            out[i] = with_reason(row, exc)
     try:
-        return simulate(inputs, candidate_index, row, cache)
-    except Exception as exc:  # noqa: BLE001 - a simulator bug must not fail the run
-        derivation = dict(row["derivation"])
-        derivation["simulation_error"] = f"{type(exc).__name__}: {exc}"[:500]
-        return {**row, "derivation": derivation}
+        out.update((item[0], v) for item, v in zip(searched, resize(inputs, searched), strict=True))
+    except Exception:  # noqa: BLE001 - find the row that fails, keep the others
+        for i, row, found in searched:
+            try:
+                out[i] = resize(inputs, [(i, row, found)])[0]
+            except Exception as exc:  # noqa: BLE001
+                out[i] = with_reason(row, exc)
+    return [out[i] for i, _ in items]
 
 
 def search_rounds(inputs: dict, rows: list[dict], run_round: Callable[[list[str]], None]) -> int:

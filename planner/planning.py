@@ -50,8 +50,9 @@ def plan_inputs(inputs: dict, tails_on: bool, cache=None) -> dict:
     by_key = {row["candidate_key"]: row for row in rows}
 
     def run_round(keys: list[str]) -> None:
-        for key in keys:
-            by_key[key].update(pipeline.simulate_or_reason(inputs, index[key], by_key[key], cache))
+        items = [(index[key], by_key[key]) for key in keys]
+        for key, values in zip(keys, pipeline.simulate_round(inputs, items, cache), strict=True):
+            by_key[key].update(values)
 
     if tails_on:
         pipeline.search_rounds(inputs, rows, run_round)

@@ -27,7 +27,14 @@ from planner import runner
 from planner import snapshot as snap
 from sizing import headroom, vision
 from sizing.candidates import expert_precision_of
-from sizing.chain import Capacity, analytic_choices, candidate_arrays, percentile_key, plan
+from sizing.chain import (
+    Capacity,
+    PlanRow,
+    analytic_choices,
+    candidate_arrays,
+    percentile_key,
+    plan,
+)
 from sizing.derivation import q, step
 from sizing.simulate import LengthDist, lengths_from_mean_p95, meets_slo
 from sizing.tail_search import (
@@ -173,11 +180,51 @@ def _pct_ms(result, name: str, percentile: float) -> float | None:
     return float(np.percentile(values, percentile) * 1e3)
 
 
+def simulated_rows(inputs: dict, searches: list[tuple[int, dict]]) -> list[dict]:
+    """Result rows from simulated capacities, one per ``(candidate index, search)``: the chain
+    from the headroom stage on, with the simulation's steps in each derivation. The
+    aggregated rows go through one chain call and the disaggregated through one
+    ``runner.disagg_rows`` call: a row's numbers depend on its own inputs only, and a call's
+    cost is mostly per numpy operation, not per row."""
+    rows: dict[int, PlanRow] = {}
+    agg = [(i, found) for i, found in searches if found.get("mode") != "disagg"]
+    if agg:
+        cores = [simulated_candidate(inputs, i, found.get("speculative", "")) for i, found in agg]
+        result = plan(
+            snap.traffic(inputs),
+            snap.slo(inputs),
+            snap.policy(inputs),
+            cores,
+            [snap.api_price(inputs, inputs["candidates"][i]["model"]) for i, _ in agg],
+            capacity=[_capacity(inputs, found) for _, found in agg],
+        )
+        by_label = {row.label: row for row in result.rows}
+        rows.update((i, by_label[core.label]) for (i, _), core in zip(agg, cores, strict=True))
+    disagg = [(i, found) for i, found in searches if found.get("mode") == "disagg"]
+    if disagg:
+        cores = [c for i, _ in disagg for c in snap.candidates(inputs, [i])]
+        given = [_pools_given(inputs, found) for _, found in disagg]
+        by_label = {row.label: row for row in runner.disagg_rows(inputs, cores, given=given)}
+        rows.update((i, by_label[core.label]) for (i, _), core in zip(disagg, cores, strict=True))
+    out = []
+    for i, found in searches:
+        values = runner.row_values(rows[i], inputs, i)
+        stored = ("key", "given") if found.get("mode") == "disagg" else ("key",)
+        values["derivation"]["simulated"] = runner.clean_json(
+            {k: v for k, v in found.items() if k not in stored}
+        )
+        out.append(values)
+    return out
+
+
 def simulated_row(inputs: dict, candidate_index: int, found: dict) -> dict:
-    """The candidate's result row from a simulated capacity: the chain from the headroom
-    stage on, with the simulation's steps in its derivation."""
-    core = simulated_candidate(inputs, candidate_index, found.get("speculative", ""))
-    capacity = Capacity(
+    """One candidate's result row from its search (``simulated_rows``)."""
+    return simulated_rows(inputs, [(candidate_index, found)])[0]
+
+
+def _capacity(inputs: dict, found: dict) -> Capacity:
+    """An aggregated search's capacity, as the chain's tail stage takes it."""
+    return Capacity(
         rate_rps=found["rate_rps"],
         latency_ms=found["latency_ms"],
         meets_slo=found["meets_slo"],
@@ -187,19 +234,6 @@ def simulated_row(inputs: dict, candidate_index: int, found: dict) -> dict:
         prefix_hit_rate=found.get("prefix_hit_rate"),
         speculative=found.get("speculative", ""),
     )
-    result = plan(
-        snap.traffic(inputs),
-        snap.slo(inputs),
-        snap.policy(inputs),
-        [core],
-        snap.api_price(inputs, inputs["candidates"][candidate_index]["model"]),
-        capacity=[capacity],
-    )
-    values = runner.row_values(result.rows[0], inputs, candidate_index)
-    values["derivation"]["simulated"] = runner.clean_json(
-        {k: v for k, v in found.items() if k != "key"}
-    )
-    return values
 
 
 def _dist_json(d: LengthDist) -> dict:
@@ -302,7 +336,7 @@ def disagg_search(inputs: dict, candidate_index: int, row: dict, key: str) -> di
     return {
         "key": key,
         "mode": "disagg",
-        # the steps are rebuilt from the probes (disagg_simulated_row), not stored twice
+        # the steps are rebuilt from the probes (_pools_given), not stored twice
         "given": {k: v for k, v in dataclasses.asdict(given).items() if k != "steps"},
         "probes": [dataclasses.asdict(p) for p in probes],
         "simulations": len(probes),
@@ -313,9 +347,9 @@ def disagg_search(inputs: dict, candidate_index: int, row: dict, key: str) -> di
     }
 
 
-def disagg_simulated_row(inputs: dict, candidate_index: int, found: dict) -> dict:
-    """The disaggregated row re-entering the chain at the headroom stage with the pools the
-    simulation found (``runner.disagg_rows`` with ``given``)."""
+def _pools_given(inputs: dict, found: dict):
+    """A disaggregated search's pools, as ``runner.disagg_rows`` takes them (the steps
+    rebuilt from the probes)."""
     from sizing.disagg_plan import PoolProbe, PoolsGiven, peak_rate_rps, probe_steps
 
     stored = {k: v for k, v in found["given"].items() if k != "steps"}
@@ -323,11 +357,4 @@ def disagg_simulated_row(inputs: dict, candidate_index: int, found: dict) -> dic
     rate = peak_rate_rps(snap.traffic(inputs), snap.policy(inputs))
     steps = probe_steps(probes, snap.slo(inputs), rate, found["requests_per_simulation"],
                         found["warmup_requests"], found["seed"])  # fmt: skip
-    given = PoolsGiven(**stored, steps=tuple(steps))
-    [core] = snap.candidates(inputs, [candidate_index])
-    [row] = runner.disagg_rows(inputs, [core], given=[given])
-    values = runner.row_values(row, inputs, candidate_index)
-    values["derivation"]["simulated"] = runner.clean_json(
-        {k: v for k, v in found.items() if k not in ("key", "given")}
-    )
-    return values
+    return PoolsGiven(**stored, steps=tuple(steps))

@@ -138,10 +138,12 @@ def _save_batch(run_id: int, batch_index: int, values: list[dict]) -> None:
 
 
 @shared_task(**TASK_OPTIONS)
-def aggregate_run(run_id: int) -> None:
+def aggregate_run(run_id: int, searched: list[str] | None = None) -> None:
     """After the batches: one round of tail simulations (a chord of ``simulate_candidate``
-    over the workers, then this task again), or, when nothing is left to simulate, rank and
-    finish the run. The rounds are ``planner.pipeline``'s, as ``manage.py plan`` runs them."""
+    over the workers, then this task again with the round's keys, ``searched``, whose rows it
+    re-sizes from the cached searches in one chain call), or, when nothing is left to
+    simulate, rank and finish the run. The rounds are ``planner.pipeline``'s, as ``manage.py
+    plan`` runs them."""
     with transaction.atomic():
         run = SizingRun.objects.select_for_update().filter(pk=run_id).first()
         if run is None or run.is_finished:
@@ -150,12 +152,44 @@ def aggregate_run(run_id: int) -> None:
             if run.enqueue_count < MAX_ENQUEUES:
                 transaction.on_commit(lambda: enqueue_run(run_id))
             return
+    if searched:
+        _resize_round(run, searched)
     keys = pipeline.next_to_simulate(_selection_rows(run)) if _tails_on(run) else []
     if keys:
         SizingRun.objects.filter(pk=run_id).update(heartbeat_at=timezone.now())
-        chord(simulate_candidate.s(run_id, key) for key in keys)(aggregate_run.si(run_id))
+        chord(simulate_candidate.s(run_id, key) for key in keys)(aggregate_run.si(run_id, keys))
         return
     finish_run(run_id)
+
+
+def _resize_round(run: SizingRun, keys: list[str]) -> None:
+    """Re-size a round's rows on their searches (``pipeline.simulate_round``: each found in
+    the cache the round's tasks filled, searched here should one be missing) and save them.
+    Rows already simulated, or whose simulation failed, are left alone (a re-delivery)."""
+    rows = [
+        row
+        for row in run.results.filter(candidate_key__in=keys)
+        if row.latency_source != "simulated" and not row.derivation.get("simulation_error")
+    ]
+    if not rows:
+        return
+    index = {c["key"]: i for i, c in enumerate(run.inputs["candidates"])}
+    current = [
+        {f.name: getattr(r, f.name) for f in CandidateResult._meta.concrete_fields} for r in rows
+    ]
+    items = [(index[r.candidate_key], values) for r, values in zip(rows, current, strict=True)]
+    resized = pipeline.simulate_round(run.inputs, items, DatabaseCache())
+    with transaction.atomic():
+        for row, before, values in zip(rows, current, resized, strict=True):
+            _save_values(row, before, values)
+
+
+def _save_values(row: CandidateResult, before: dict, values: dict) -> None:
+    """Write the result columns ``values`` changes on ``row`` (its derivation at least)."""
+    fields = [k for k in values if k in RESULT_COLUMNS and values[k] != before.get(k)]
+    for field in fields:
+        setattr(row, field, values[field])
+    row.save(update_fields=fields or ["derivation"])
 
 
 def _tails_on(run: SizingRun) -> bool:
@@ -193,8 +227,11 @@ def _selection_rows(run: SizingRun) -> list[dict]:
 
 @shared_task(ignore_result=False, **TASK_OPTIONS)
 def simulate_candidate(run_id: int, candidate_key: str) -> int:
-    """Re-size one candidate on simulated tails and save it (idempotent: a row already
-    simulated, or whose simulation failed, is left alone). Returns 1 when it simulated."""
+    """Run one candidate's tail search into the simulation cache; the round's callback
+    (``aggregate_run``) re-sizes the round's rows from it. A search that fails saves the
+    analytic row with the reason (it stays unsimulated). Idempotent: a row already simulated,
+    or whose simulation failed, is left alone, and a cached search is not run again. Returns
+    1 when it searched."""
     run = SizingRun.objects.filter(pk=run_id).only("status", "inputs").first()
     if run is None or run.is_finished:
         return 0
@@ -203,11 +240,12 @@ def simulate_candidate(run_id: int, candidate_key: str) -> int:
         return 0
     index = next(i for i, c in enumerate(run.inputs["candidates"]) if c["key"] == candidate_key)
     current = {f.name: getattr(row, f.name) for f in CandidateResult._meta.concrete_fields}
-    values = pipeline.simulate_or_reason(run.inputs, index, current, DatabaseCache())
-    fields = [k for k in values if k in RESULT_COLUMNS and values[k] != current.get(k)]
-    for field in fields:
-        setattr(row, field, values[field])
-    row.save(update_fields=fields or ["derivation"])
+    try:
+        pipeline.search(run.inputs, index, current, DatabaseCache())
+    except TRANSIENT_DB_ERRORS:
+        raise  # retried (TASK_OPTIONS): the search is cached or runs again
+    except Exception as exc:  # noqa: BLE001 - a simulator bug must not fail the run
+        _save_values(row, current, pipeline.with_reason(current, exc))
     SizingRun.objects.filter(pk=run_id).update(
         progress=Greatest(F("progress") + 1, BATCHES_PROGRESS), heartbeat_at=timezone.now()
     )

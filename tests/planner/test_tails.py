@@ -181,3 +181,64 @@ def test_no_tails_sizes_every_row_analytically(catalog):
     assert {r["latency_source"] for r in planned["rows"]} == {"analytic"}
     assert planned["summary"]["tails"] == "analytic" and planned["summary"]["simulated"] == 0
     assert all(r["evaluated"] for r in planned["rows"])
+
+
+class _DictCache:
+    def __init__(self):
+        self.store: dict = {}
+
+    def get(self, key):
+        return copy.deepcopy(self.store.get(key))
+
+    def put(self, key, value):
+        self.store[key] = copy.deepcopy(value)
+
+
+def test_a_round_re_sized_in_one_call_equals_each_row_re_sized_alone(catalog):
+    # given the analytic rows of a scenario with aggregated and disaggregated candidates of
+    # two GPUs, and a round of up to six of them (both kinds)
+    run = sizing_run_start(
+        scenario=make_scenario(models=["llama-3.1-8b"], gpus=["H100", "B200"], precisions=["fp8"])
+    )
+    inputs = run.inputs
+    rows = runner.size_candidates(inputs, range(len(inputs["candidates"])))
+    disagg = [i for i, c in enumerate(inputs["candidates"]) if c["key"].endswith("|disagg")]
+    agg = [i for i, r in enumerate(rows) if i not in disagg and pipeline.can_be_simulated(r)]
+    picked = agg[:4] + disagg[:2]
+    assert len(disagg) >= 1 and len(picked) >= 4
+    cache = _DictCache()
+    # when the round is re-sized in one call, and each row again alone (the same searches)
+    together = pipeline.simulate_round(inputs, [(i, rows[i]) for i in picked], cache)
+    alone = [pipeline.simulate_round(inputs, [(i, rows[i])], cache)[0] for i in picked]
+    # then every row's values are the same, number for number, and each is simulated
+    assert together == alone
+    assert all(v["latency_source"] == "simulated" for v in together)
+    assert [v["candidate_key"] for v in together] == [
+        inputs["candidates"][i]["key"] for i in picked
+    ]
+
+
+def test_a_round_keeps_going_past_a_row_whose_re_sizing_fails(catalog, monkeypatch):
+    # given a round of two rows, and a chain that fails on the second row's search alone
+    run = sizing_run_start(scenario=make_scenario(**SMALL))
+    inputs = run.inputs
+    rows = runner.size_candidates(inputs, range(len(inputs["candidates"])))
+    picked = [i for i, r in enumerate(rows) if pipeline.can_be_simulated(r)][:2]
+    cache = _DictCache()
+    for i in picked:
+        pipeline.search(inputs, i, rows[i], cache)
+    real = tails.simulated_rows
+    bad_key = inputs["candidates"][picked[1]]["key"]
+
+    def fragile(inputs, searches):
+        if any(inputs["candidates"][i]["key"] == bad_key for i, _ in searches):
+            raise RuntimeError("chain exploded")
+        return real(inputs, searches)
+
+    monkeypatch.setattr(tails, "simulated_rows", fragile)
+    # when the round is re-sized
+    out = pipeline.simulate_round(inputs, [(i, rows[i]) for i in picked], cache)
+    # then the first row is simulated, the second stays analytic with the reason
+    assert out[0]["latency_source"] == "simulated"
+    assert out[1]["latency_source"] == "analytic"
+    assert "chain exploded" in out[1]["derivation"]["simulation_error"]
