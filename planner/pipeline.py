@@ -138,6 +138,15 @@ def search(inputs: dict, candidate_index: int, row: dict, cache=None) -> dict:
     return found
 
 
+def not_cached(inputs: dict, keys: list[str], cache) -> list[str]:
+    """The candidate keys whose searches ``cache`` does not hold (``cache.held(hashes)``:
+    the subset of the search keys it holds), in order."""
+    index = {c["key"]: i for i, c in enumerate(inputs["candidates"])}
+    hashes = {key: tails.cache_key(inputs, index[key]) for key in keys}
+    held = cache.held(list(hashes.values()))
+    return [key for key in keys if hashes[key] not in held]
+
+
 def resize(inputs: dict, searched: list[tuple[int, dict, dict]]) -> list[dict]:
     """Rows re-sized on their searches, ``(candidate index, analytic row, search)`` each, in
     one call (``tails.simulated_rows``); each keeps its analytic row's optimistic bound."""

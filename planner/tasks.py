@@ -142,8 +142,9 @@ def aggregate_run(run_id: int, searched: list[str] | None = None) -> None:
     """After the batches: one round of tail simulations (a chord of ``simulate_candidate``
     over the workers, then this task again with the round's keys, ``searched``, whose rows it
     re-sizes from the cached searches in one chain call), or, when nothing is left to
-    simulate, rank and finish the run. The rounds are ``planner.pipeline``'s, as ``manage.py
-    plan`` runs them."""
+    simulate, rank and finish the run. A round whose searches are all cached already (a
+    rerun, a shared link's refresh) is re-sized here, with no task to wait for. The rounds
+    are ``planner.pipeline``'s, as ``manage.py plan`` runs them."""
     with transaction.atomic():
         run = SizingRun.objects.select_for_update().filter(pk=run_id).first()
         if run is None or run.is_finished:
@@ -154,11 +155,15 @@ def aggregate_run(run_id: int, searched: list[str] | None = None) -> None:
             return
     if searched:
         _resize_round(run, searched)
-    keys = pipeline.next_to_simulate(_selection_rows(run)) if _tails_on(run) else []
-    if keys:
+    while keys := pipeline.next_to_simulate(_selection_rows(run)) if _tails_on(run) else []:
         SizingRun.objects.filter(pk=run_id).update(heartbeat_at=timezone.now())
-        chord(simulate_candidate.s(run_id, key) for key in keys)(aggregate_run.si(run_id, keys))
-        return
+        missing = pipeline.not_cached(run.inputs, keys, DatabaseCache())
+        if missing:
+            chord(simulate_candidate.s(run_id, key) for key in missing)(
+                aggregate_run.si(run_id, keys)
+            )
+            return
+        _resize_round(run, keys)  # every search of the round is cached: no task to wait for
     finish_run(run_id)
 
 

@@ -149,6 +149,28 @@ def test_a_second_run_reuses_the_cached_searches_and_gets_the_same_numbers(catal
     assert strip(_rows(first)) == strip(_rows(second))
 
 
+def test_a_rerun_of_cached_searches_sends_no_simulation_task(catalog, monkeypatch):
+    # given a run whose searches are all in the cache
+    first = sizing_run_start(scenario=make_scenario(**SMALL))
+    # when the same scenario runs again, counting the rounds sent to the workers
+    sent: list[str] = []
+    real_chord = tasks.chord
+
+    def spy(header):
+        header = list(header)
+        sent.extend(signature.task for signature in header)
+        return real_chord(header)
+
+    monkeypatch.setattr(tasks, "chord", spy)
+    second = sizing_run_start(scenario=make_scenario(**SMALL))
+    # then every round is re-sized in the aggregation task itself, and the rows are the same
+    assert second.status == SizingRun.Status.SUCCEEDED, second.error
+    assert not any(name.endswith("simulate_candidate") for name in sent), sent
+    strip = lambda rows: {k: {f: v[f] for f in COMPARED} for k, v in rows.items()}  # noqa: E731
+    assert strip(_rows(first)) == strip(_rows(second))
+    assert second.results.filter(latency_source="simulated").count() > 0
+
+
 def test_a_failing_simulation_is_never_recommended(catalog, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("simulator exploded")
