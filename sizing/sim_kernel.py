@@ -22,13 +22,22 @@ import numba
 import numpy as np
 
 
-def compiled(fn):
-    """``numba.njit(cache=True)``, or in memory where no cache folder is writable (numba
-    refuses ``cache=True`` then): the same machine code, compiled anew by each process."""
-    try:
-        return numba.njit(cache=True)(fn)
-    except RuntimeError:
-        return numba.njit(fn)
+def compiled_with(**options):
+    """A decorator: ``numba.njit(cache=True, **options)``, or in memory where no cache folder
+    is writable (numba refuses ``cache=True`` then): the same machine code, compiled anew by
+    each process."""
+
+    def decorate(fn):
+        try:
+            return numba.njit(cache=True, **options)(fn)
+        except RuntimeError:
+            return numba.njit(**options)(fn)
+
+    return decorate
+
+
+#: ``numba.njit(cache=True)`` (see ``compiled_with``)
+compiled = compiled_with()
 
 
 # ---------------------------------------------------------------------------- statuses

@@ -103,26 +103,39 @@ def test_a_lone_prompt_on_an_expert_parallel_prefill_rank_is_the_mean_value_mode
     assert p.prefill.prefill_s[0] < 0.9 * full
 
 
-def test_a_decode_rank_reusing_its_context_cell_changes_no_number(monkeypatch):
-    # given a 2P3D deployment of Llama 3.1 70B fp8 at drawn lengths under Poisson load
+def test_step_tables_emptied_over_and_over_change_no_number(monkeypatch):
+    # given a 2P3D deployment of Llama 3.1 70B fp8 at drawn lengths under Poisson load, and
+    # a count of the cells the compiled loop asks Python to fill
     from sizing import disagg_sim
     from sizing.simulate import lengths_from_mean_p95
 
     c = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=4)
     isl, osl = lengths_from_mean_p95(1000, 3000), lengths_from_mean_p95(300, 800)
+    fills = []
+    fill = disagg_sim._Timer.fill
+
+    def counted(timer, st):
+        fills.append(int(st[disagg_sim.K.S_NEED_POOL]))
+        fill(timer, st)
+
+    monkeypatch.setattr(disagg_sim._Timer, "fill", counted)
 
     def run():
-        return simulate_disagg(c, c, 2, 3, isl, osl, 600, rate_rps=6.0, warmup_requests=60,
-                               seed=3)  # fmt: skip
+        fills.clear()
+        result = simulate_disagg(c, c, 2, 3, isl, osl, 600, rate_rps=6.0, warmup_requests=60,
+                                 seed=3)  # fmt: skip
+        return result, len(fills)
 
-    # when simulated with each rank keeping its context cell's row between steps, and with
-    # every step looking its cell up anew (an empty interval of contexts)
-    kept = run()
-    monkeypatch.setattr(disagg_sim, "context_cell", lambda k: (np.inf, -np.inf))
-    looked_up = run()
-    # then every latency is identical
+    # when simulated with tables that keep every cell, and with tables of the least room
+    # (4,096 step times: emptied whenever a fill would pass it, so cells are asked again)
+    kept, kept_fills = run()
+    monkeypatch.setattr(disagg_sim, "TABLE_BYTES", 0)
+    refilled, refills = run()
+    # then the loop stopped for more cells, resumed each time where it stopped, and every
+    # latency is identical
+    assert refills > kept_fills
     for name in ("ttft_s", "tpot_s", "e2e_s"):
-        assert np.array_equal(getattr(kept, name), getattr(looked_up, name)), name
+        assert np.array_equal(getattr(kept, name), getattr(refilled, name)), name
 
 
 def _reference_deployments() -> dict:
