@@ -39,44 +39,50 @@ from sizing.memory import fit_memory
 from sizing.operating import batch_limit
 from sizing.sim_kernel import NEED_ROW, StepTable, table_key
 from sizing.simulate import (
-    GRID_PER_OCTAVE,
     PERCENTILES,
     PREFILL_GRID_PER_OCTAVE,
     LengthDist,
-    grid_key,
+    StepTimer,
     grid_value,
+    prompt_band,
 )
 from sizing.steptime import decode_step
 
-#: Shortest row of decode counts one core call fills (``_Timer.fill_decode``).
-DECODE_ROW_MIN = 64
-#: Most bytes of step times each pool's table keeps (``sim_kernel.StepTable``: emptied and
-#: refilled on demand past it); a run fills a few hundred rows of 64-1,024 decode counts.
-TABLE_BYTES = 32 << 20
-
-
-def _grid(x: float, per_octave: int) -> float:
-    """``x`` at its memo cell's value, on the aggregated simulator's grid."""
-    return grid_value(grid_key(x, per_octave), per_octave)
+#: Most bytes of prefill step times the table keeps (``sim_kernel.StepTable``: emptied and
+#: refilled on demand past it); a run fills a few hundred cells.
+TABLE_BYTES = 4 << 20
+#: Prefill cells one core call fills with the one the loop asked for (``simulate.prompt_band``:
+#: aligned neighbours along its line ``p_eq key - prompt key = const``). Nearly every prefill
+#: step is a whole prompt or prompts from their start, so its cells lie on or near the
+#: diagonal, whose reachable keys (1-64, then from 258 on) a few calls of 64 cover: the
+#: 3,000-request runs of Llama 3.1 70B 2P3D and DeepSeek-V3 1P2D made 246 and 371 prefill
+#: core calls one cell at a time, each as costly as 64 cells.
+PREFILL_BAND = 64
 
 
 class _Timer:
     """The step times of one prefill and one decode worker (single rows), in the tables the
     compiled loop reads, filled from the core when it asks: a prefill step by its (alone,
-    prompt-token, attention-length) cell, a decode step as its context cell's row of decode
-    counts 0..2^k (the core is elementwise: each count's time is the one a call for that
-    count alone gives)."""
+    prompt-token, attention-length) cell, with its band of neighbouring cells; a decode step
+    through the aggregated simulator's memo (``simulate.StepTimer``: a context cell's row of
+    decode counts 0..2^k with its block of neighbouring context cells). The core is
+    elementwise: each cell's time is the one a call for that cell alone gives."""
 
-    def __init__(self, cp: CandidateArrays, cd: CandidateArrays):
+    def __init__(self, cp: CandidateArrays, cd: CandidateArrays, max_decodes: int):
         # the rows as numpy scalars: the same numbers at less cost per core call (the inputs
         # stay one-element arrays, as with the rows themselves)
-        self.cp, self.cd = cp.scalar_row(), cd.scalar_row()
+        self.cp = cp.scalar_row()
         #: whether a lone prefill step differs from a loaded one: only where the worker's EP
         #: spreads a rank's routed experts wider than its TP (``steptime.stage_cost``); else
         #: one cell serves both
         self.alone_differs = bool(cp.ep[0] > cp.tp[0])
         self.prefill = StepTable(TABLE_BYTES)
-        self.decode = StepTable(TABLE_BYTES)
+        self.decode = StepTimer(cd, max_decodes)
+
+    def tables(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+        """The prefill and the decode table's arrays, as the loop reads them (a fill may
+        replace an array: ask again after one)."""
+        return self.prefill.arrays(), self.decode.table.arrays()
 
     def fill(self, st: np.ndarray) -> None:
         """Fill the cell the loop asked for (``st[S_NEED_*]``)."""
@@ -84,38 +90,30 @@ class _Timer:
         if st[K.S_NEED_POOL] == K.NEED_PREFILL:
             self.fill_prefill(a, b, c)
         else:
-            self.fill_decode(a, b)
+            self.decode.fill_table((a, 0, 0), b)  # decode-only: both prompt keys 0
 
     def fill_prefill(self, alone: int, tokens_k: int, p_eq_k: int) -> None:
-        """A prefill step's cell: its prompt tokens and attention length at their grid
-        values, alone (1) or not (0)."""
-        grid = (
-            grid_value(tokens_k, PREFILL_GRID_PER_OCTAVE),
-            grid_value(p_eq_k, PREFILL_GRID_PER_OCTAVE),
-        )
-        step = decode_step(self.cp, _one(0.0), _one(0.0), _one(grid[0]), _one(grid[1]),
-                           alone=bool(alone))  # fmt: skip
-        self.prefill.put(np.array([table_key(alone, tokens_k, p_eq_k)]), step.step_s.reshape(1, 1))
-
-    def fill_decode(self, ctx_k: int, n: int) -> None:
-        """Context cell ``ctx_k``'s row of decode counts 0..2^k > ``n`` (at least
-        ``DECODE_ROW_MIN``) in one core call; it replaces a shorter row of the cell."""
-        counts = np.arange(max(DECODE_ROW_MIN, 1 << int(n).bit_length()), dtype=np.float64)
-        row = decode_step(self.cd, counts, _one(grid_value(ctx_k, GRID_PER_OCTAVE))).step_s
-        self.decode.put(np.array([table_key(ctx_k, 0, 0)]), row.reshape(1, -1))
+        """The band of prefill cells (prompt tokens, attention length: their keys' grid
+        values) of ``(tokens_k, p_eq_k)``, alone (1) or not (0), in one core call."""
+        tokens_keys, p_eq_keys = prompt_band(tokens_k, p_eq_k, PREFILL_BAND)
+        tokens = np.array([grid_value(k, PREFILL_GRID_PER_OCTAVE) for k in tokens_keys])
+        p_eq = np.array([grid_value(k, PREFILL_GRID_PER_OCTAVE) for k in p_eq_keys])
+        step_s = decode_step(self.cp, _one(0.0), _one(0.0), tokens, p_eq, alone=bool(alone)).step_s
+        keys = [table_key(alone, t, p) for t, p in zip(tokens_keys, p_eq_keys, strict=True)]
+        self.prefill.put(np.array(keys), step_s.reshape(-1, 1))
 
     def prefill_s(self, tokens: float, p_eq: float, alone: bool = False) -> float:
         """A prefill step's time as the loop reads it (s)."""
         alone_key = int(alone and self.alone_differs)
-        return self._read(K.prefill_step_s, self.prefill, tokens, p_eq, alone_key)
+        return self._read(K.prefill_step_s, 0, tokens, p_eq, alone_key)
 
     def decode_s(self, n: int, ctx: float) -> float:
         """A decode step of ``n`` sequences at mean context ``ctx`` as the loop reads it (s)."""
-        return self._read(K.decode_step_s, self.decode, n, ctx)
+        return self._read(K.decode_step_s, 1, n, ctx)
 
-    def _read(self, lookup, table: StepTable, *args) -> float:
+    def _read(self, lookup, pool: int, *args) -> float:
         st = np.zeros(K.INT_SLOTS, dtype=np.int64)
-        while np.isnan(value := lookup(st, table.arrays(), *args)):
+        while np.isnan(value := lookup(st, self.tables()[pool], *args)):
             self.fill(st)
         return float(value)
 
@@ -182,12 +180,12 @@ def simulate_disagg(
     rng = np.random.default_rng(seed)
     isl_draw = np.maximum(isl.sample(requests, rng), 1).astype(np.int64)
     osl_draw = np.maximum(osl.sample(requests, rng), 1).astype(np.int64)
-    timer = _Timer(cp, cd)
     ranks_p = prefill_workers * int(cp.dp[0])
     ranks_d = decode_workers * int(cd.dp[0])
     mean_isl, mean_osl = float(np.mean(isl_draw)), float(np.mean(osl_draw))
     fit_d = fit_memory(cd, np.array([mean_isl + mean_osl]))
     slots = max(int(batch_limit(cd, fit_d, mean_isl, mean_osl)[0] // cd.dp[0]), 1)
+    timer = _Timer(cp, cd, slots)
     cfg = np.zeros(K.CONFIG_SLOTS, dtype=np.int64)
     cfg[[K.C_BUDGET, K.C_DP_P, K.C_SLOTS, K.C_CLOSED, K.C_REQUESTS, K.C_ALONE_DIFFERS]] = (
         int(cp.max_num_batched_tokens[0]), int(cp.dp[0]), slots, concurrency is not None,
@@ -199,8 +197,7 @@ def simulate_disagg(
     else:  # drawn after the lengths, as ever: the same seed gives the same requests
         send_t = np.cumsum(rng.exponential(1.0 / rate_rps, requests))
     K.open_sends(cfg, loop.st, loop.req, send_t)
-    while (K.run_disagg(cfg, times_s, *loop.arrays(), send_t, timer.prefill.arrays(),
-                        timer.decode.arrays()) == NEED_ROW):  # fmt: skip
+    while K.run_disagg(cfg, times_s, *loop.arrays(), send_t, *timer.tables()) == NEED_ROW:
         timer.fill(loop.st)
     finished = loop.finished[: loop.st[K.S_FINISHED]]
     gpus = prefill_workers * cp.gpus_per_instance[0] + decode_workers * cd.gpus_per_instance[0]

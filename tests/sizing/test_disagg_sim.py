@@ -58,21 +58,26 @@ def test_refuses_both_or_neither_load():
 @pytest.mark.parametrize("moe", [False, True])
 def test_the_step_memo_gives_each_call_its_own_core_numbers(moe):
     # given a prefill and a decode worker (dense Llama 3.1 70B TP4, or gpt-oss-120b TP2)
-    from sizing.disagg_sim import _grid, _Timer
+    from sizing.disagg_sim import _Timer
+    from sizing.simulate import grid_key, grid_value
     from sizing.steptime import decode_step
     from tests.sizing.specs_catalog import B200, GPT_OSS_120B
 
+    def _grid(x, per_octave):
+        return grid_value(grid_key(x, per_octave), per_octave)
+
     c = CandidateArrays.build(GPT_OSS_120B, B200, "fp8", tp=2) if moe else _worker()
-    timer = _Timer(c, c)
-    # when decode steps are timed through the memo (rows of counts) in a scattered order
+    timer = _Timer(c, c, 256)
+    # when steps are timed through the memo (rows of counts in blocks of context cells, bands
+    # of prefill cells) in a scattered order
     for n, ctx in ((3, 1500.0), (1, 1500.0), (70, 1500.0), (200, 900.5), (0, 10.0), (64, 1501.0)):
         # then each is the core's own number for that count and the context's grid value
         alone = decode_step(c, np.array([float(n)]), np.array([_grid(ctx, 64)])).step_s[0]
         assert timer.decode_s(n, ctx) == float(alone)
-    p_eq = _grid(1800.0, 32)
-    alone = decode_step(c, np.array([0.0]), np.array([0.0]), np.array([_grid(2000.0, 32)]),
-                        np.array([p_eq])).step_s[0]  # fmt: skip
-    assert timer.prefill_s(2000.0, 1800.0) == float(alone)
+    for tokens, p_eq in ((2000.0, 1800.0), (2000.0, 2000.0), (30.0, 30.0), (8000.0, 9000.0)):
+        grid = (np.array([_grid(tokens, 32)]), np.array([_grid(p_eq, 32)]))
+        alone = decode_step(c, np.array([0.0]), np.array([0.0]), *grid).step_s[0]
+        assert timer.prefill_s(tokens, p_eq) == float(alone)
 
 
 def test_a_lone_prompt_on_an_expert_parallel_prefill_rank_is_the_mean_value_models():
@@ -106,7 +111,7 @@ def test_a_lone_prompt_on_an_expert_parallel_prefill_rank_is_the_mean_value_mode
 def test_step_tables_emptied_over_and_over_change_no_number(monkeypatch):
     # given a 2P3D deployment of Llama 3.1 70B fp8 at drawn lengths under Poisson load, and
     # a count of the cells the compiled loop asks Python to fill
-    from sizing import disagg_sim
+    from sizing import disagg_sim, simulate
     from sizing.simulate import lengths_from_mean_p95
 
     c = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=4)
@@ -130,6 +135,7 @@ def test_step_tables_emptied_over_and_over_change_no_number(monkeypatch):
     # (4,096 step times: emptied whenever a fill would pass it, so cells are asked again)
     kept, kept_fills = run()
     monkeypatch.setattr(disagg_sim, "TABLE_BYTES", 0)
+    monkeypatch.setattr(simulate, "TABLE_BYTES", 0)  # the decode pool's (``StepTimer``)
     refilled, refills = run()
     # then the loop stopped for more cells, resumed each time where it stopped, and every
     # latency is identical
