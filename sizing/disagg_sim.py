@@ -182,6 +182,8 @@ def simulate_disagg(
     osl_draw = np.maximum(osl.sample(requests, rng), 1).astype(np.int64)
     ranks_p = prefill_workers * int(cp.dp[0])
     ranks_d = decode_workers * int(cd.dp[0])
+    if min(ranks_p, ranks_d) < 1:  # the compiled loop indexes without bounds checks
+        raise ValueError(f"each pool needs a rank: {ranks_p} prefill, {ranks_d} decode")
     mean_isl, mean_osl = float(np.mean(isl_draw)), float(np.mean(osl_draw))
     fit_d = fit_memory(cd, np.array([mean_isl + mean_osl]))
     slots = max(int(batch_limit(cd, fit_d, mean_isl, mean_osl)[0] // cd.dp[0]), 1)

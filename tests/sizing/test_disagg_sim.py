@@ -55,6 +55,15 @@ def test_refuses_both_or_neither_load():
         simulate_disagg(cp, cd, 1, 1, LengthDist(100), LengthDist(10), requests=10)
 
 
+@pytest.mark.parametrize("workers", [(0, 1), (1, 0)])
+def test_refuses_a_pool_without_workers(workers):
+    # given no prefill or no decode worker, then a ValueError (the callers' "cannot simulate")
+    cp, cd = _worker(), _worker()
+    with pytest.raises(ValueError, match="each pool needs a rank"):
+        simulate_disagg(cp, cd, *workers, LengthDist(100), LengthDist(10), requests=10,
+                        concurrency=1)  # fmt: skip
+
+
 @pytest.mark.parametrize("moe", [False, True])
 def test_the_step_memo_gives_each_call_its_own_core_numbers(moe):
     # given a prefill and a decode worker (dense Llama 3.1 70B TP4, or gpt-oss-120b TP2)
