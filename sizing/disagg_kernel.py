@@ -6,8 +6,8 @@ event by event the same operations in the same order as the pure-Python loop it 
 operations on the same values), so every latency is the number that loop gave. The state
 lives in numpy arrays: per request, per prefill rank (a FIFO queue as links between
 requests), per decode rank (its slots' aggregates, a FIFO of transferred requests, a heap of
-its sequences' finish steps), the event heap, and a log of the requests each prefill step
-completes.
+its sequences' finish steps), the event heap (with the arrivals known up front as a stream
+beside it), and a log of the requests each prefill step completes.
 
 Step times come from two tables (``sim_kernel.StepTable``) that Python fills from the core:
 a prefill step's by (alone, prompt-token cell, attention-length cell), a decode step's as a
@@ -156,8 +156,9 @@ def _send(cfg, times_s, st, req, ev_t, ev_k, t) -> None:
 def open_sends(cfg, st, req, send_t) -> None:
     """The sends known up front (``send_t``, in order): every closed-loop client's first at
     t = 0, or every Poisson arrival. Their arrivals stay out of the event heap, a stream in
-    time order (``_stream_first``), each with the push order it would have had: a heap of
-    every Poisson arrival was most of an event's cost, sifted through ~12 levels twice."""
+    time order (``_stream_first``), each with the push order it would have had: the heap then
+    holds only the steps and transfers in flight, not ~12 levels of future arrivals for the
+    whole run (Llama 3.1 70B 2P3D, 3,000 Poisson requests: 0.048 -> 0.027 s a run)."""
     for t in send_t:
         _sent(cfg, st, req, t)
         st[S_ORDER] += 1
