@@ -20,83 +20,102 @@ So TTFT tails come from queueing at the prefill pool and at the links, TPOT tail
 batch. Closed loop (``concurrency`` clients, each sending its next request when the last
 finishes) or Poisson arrivals at ``rate_rps``. Step times are memoised (decode count exact,
 context on a 1/64-octave grid; prefill tokens and attention length on a 1/32-octave grid).
+
+The event loop is compiled (``sizing.disagg_kernel``, numba); this module draws the requests,
+sets the loop's arrays up and fills its step-time tables from the core when it asks
+(``_Timer``).
 """
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
+from sizing import disagg_kernel as K
 from sizing.candidates import CandidateArrays
 from sizing.disagg import kv_transfer, prefill_pool
 from sizing.memory import fit_memory
 from sizing.operating import batch_limit
+from sizing.sim_kernel import NEED_ROW, StepTable, table_key
 from sizing.simulate import (
-    GRID_PER_OCTAVE,
     PERCENTILES,
     PREFILL_GRID_PER_OCTAVE,
     LengthDist,
-    context_cell,
-    grid_key,
+    StepTimer,
     grid_value,
+    prompt_band,
 )
 from sizing.steptime import decode_step
 
-#: Shortest row of decode counts one core call fills (``_Timer.decode_s``).
-DECODE_ROW_MIN = 64
-
-
-def _grid(x: float, per_octave: int) -> float:
-    """``x`` at its memo cell's value, on the aggregated simulator's grid."""
-    return grid_value(grid_key(x, per_octave), per_octave)
+#: Most bytes of prefill step times the table keeps (``sim_kernel.StepTable``: emptied and
+#: refilled on demand past it); a run fills a few hundred cells.
+TABLE_BYTES = 4 << 20
+#: Prefill cells one core call fills with the one the loop asked for (``simulate.prompt_band``:
+#: aligned neighbours along its line ``p_eq key - prompt key = const``). Nearly every prefill
+#: step is a whole prompt or prompts from their start, so its cells lie on or near the
+#: diagonal, whose reachable keys (1-64, then from 258 on) a few calls of 64 cover: the
+#: 3,000-request runs of Llama 3.1 70B 2P3D and DeepSeek-V3 1P2D made 246 and 371 prefill
+#: core calls one cell at a time, each as costly as 64 cells.
+PREFILL_BAND = 64
 
 
 class _Timer:
-    """Memoised step times of one prefill and one decode worker (single rows)."""
+    """The step times of one prefill and one decode worker (single rows), in the tables the
+    compiled loop reads, filled from the core when it asks: a prefill step by its (alone,
+    prompt-token, attention-length) cell, with its band of neighbouring cells; a decode step
+    through the aggregated simulator's memo (``simulate.StepTimer``: a context cell's row of
+    decode counts 0..2^k with its block of neighbouring context cells). The core is
+    elementwise: each cell's time is the one a call for that cell alone gives."""
 
-    def __init__(self, cp: CandidateArrays, cd: CandidateArrays):
+    def __init__(self, cp: CandidateArrays, cd: CandidateArrays, max_decodes: int):
         # the rows as numpy scalars: the same numbers at less cost per core call (the inputs
         # stay one-element arrays, as with the rows themselves)
-        self.cp, self.cd = cp.scalar_row(), cd.scalar_row()
-        self.memo: dict[tuple, float] = {}
+        self.cp = cp.scalar_row()
         #: whether a lone prefill step differs from a loaded one: only where the worker's EP
         #: spreads a rank's routed experts wider than its TP (``steptime.stage_cost``); else
-        #: one memo cell serves both
+        #: one cell serves both
         self.alone_differs = bool(cp.ep[0] > cp.tp[0])
-        self.decode_rows: dict[float, list[float]] = {}  # context grid value -> by count
+        self.prefill = StepTable(TABLE_BYTES)
+        self.decode = StepTimer(cd, max_decodes)
+
+    def tables(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+        """The prefill and the decode table's arrays, as the loop reads them (a fill may
+        replace an array: ask again after one)."""
+        return self.prefill.arrays(), self.decode.table.arrays()
+
+    def fill(self, st: np.ndarray) -> None:
+        """Fill the cell the loop asked for (``st[S_NEED_*]``)."""
+        a, b, c = (int(st[k]) for k in (K.S_NEED_A, K.S_NEED_B, K.S_NEED_C))
+        if st[K.S_NEED_POOL] == K.NEED_PREFILL:
+            self.fill_prefill(a, b, c)
+        else:
+            self.decode.fill_table((a, 0, 0), b)  # decode-only: both prompt keys 0
+
+    def fill_prefill(self, alone: int, tokens_k: int, p_eq_k: int) -> None:
+        """The band of prefill cells (prompt tokens, attention length: their keys' grid
+        values) of ``(tokens_k, p_eq_k)``, alone (1) or not (0), in one core call."""
+        tokens_keys, p_eq_keys = prompt_band(tokens_k, p_eq_k, PREFILL_BAND)
+        tokens = np.array([grid_value(k, PREFILL_GRID_PER_OCTAVE) for k in tokens_keys])
+        p_eq = np.array([grid_value(k, PREFILL_GRID_PER_OCTAVE) for k in p_eq_keys])
+        step_s = decode_step(self.cp, _one(0.0), _one(0.0), tokens, p_eq, alone=bool(alone)).step_s
+        keys = [table_key(alone, t, p) for t, p in zip(tokens_keys, p_eq_keys, strict=True)]
+        self.prefill.put(np.array(keys), step_s.reshape(-1, 1))
 
     def prefill_s(self, tokens: float, p_eq: float, alone: bool = False) -> float:
-        grid = (_grid(tokens, PREFILL_GRID_PER_OCTAVE), _grid(p_eq, PREFILL_GRID_PER_OCTAVE))
-        alone = alone and self.alone_differs
-        key = ("p", *grid, alone)
-        if key not in self.memo:
-            step = decode_step(self.cp, _one(0.0), _one(0.0), _one(grid[0]), _one(grid[1]),
-                               alone=alone)  # fmt: skip
-            self.memo[key] = float(step.step_s[0])
-        return self.memo[key]
+        """A prefill step's time as the loop reads it (s)."""
+        alone_key = int(alone and self.alone_differs)
+        return self._read(K.prefill_step_s, 0, tokens, p_eq, alone_key)
 
     def decode_s(self, n: int, ctx: float) -> float:
-        """A decode step of ``n`` sequences at mean context ``ctx`` (s)."""
-        return self.decode_row(n, ctx)[0][n]
+        """A decode step of ``n`` sequences at mean context ``ctx`` as the loop reads it (s)."""
+        return self._read(K.decode_step_s, 1, n, ctx)
 
-    def decode_row(self, n: int, ctx: float) -> tuple[list[float], float, float]:
-        """The step times by decode count of ``ctx``'s context cell, at least ``n + 1`` of
-        them, and the open interval of contexts in that cell (``simulate.context_cell``: a
-        caller may reuse the row while its context stays inside). One core call fills the
-        row of decode counts 0..2^k > n (the core is elementwise: each count's time is the
-        one a call for that count alone gives)."""
-        k = grid_key(ctx, GRID_PER_OCTAVE)
-        grid = grid_value(k, GRID_PER_OCTAVE)
-        row = self.decode_rows.get(grid)
-        if row is None or n >= len(row):
-            counts = np.arange(max(DECODE_ROW_MIN, 1 << int(n).bit_length()), dtype=np.float64)
-            row = decode_step(self.cd, counts, _one(grid)).step_s.tolist()
-            self.decode_rows[grid] = row
-        low, high = context_cell(k)
-        return row, low, high
+    def _read(self, lookup, pool: int, *args) -> float:
+        st = np.zeros(K.INT_SLOTS, dtype=np.int64)
+        while np.isnan(value := lookup(st, self.tables()[pool], *args)):
+            self.fill(st)
+        return float(value)
 
 
 def _one(x: float) -> np.ndarray:
@@ -161,169 +180,87 @@ def simulate_disagg(
     rng = np.random.default_rng(seed)
     isl_draw = np.maximum(isl.sample(requests, rng), 1).astype(np.int64)
     osl_draw = np.maximum(osl.sample(requests, rng), 1).astype(np.int64)
-    timer = _Timer(cp, cd)
-    dp_p = int(cp.dp[0])
-    ranks_p = prefill_workers * dp_p
+    ranks_p = prefill_workers * int(cp.dp[0])
     ranks_d = decode_workers * int(cd.dp[0])
-    budget = int(cp.max_num_batched_tokens[0])
+    if min(ranks_p, ranks_d) < 1:  # the compiled loop indexes without bounds checks
+        raise ValueError(f"each pool needs a rank: {ranks_p} prefill, {ranks_d} decode")
     mean_isl, mean_osl = float(np.mean(isl_draw)), float(np.mean(osl_draw))
     fit_d = fit_memory(cd, np.array([mean_isl + mean_osl]))
     slots = max(int(batch_limit(cd, fit_d, mean_isl, mean_osl)[0] // cd.dp[0]), 1)
-    frontend = float(cp.frontend_latency_s[0])
+    timer = _Timer(cp, cd, slots)
+    cfg = np.zeros(K.CONFIG_SLOTS, dtype=np.int64)
+    cfg[[K.C_BUDGET, K.C_DP_P, K.C_SLOTS, K.C_CLOSED, K.C_REQUESTS, K.C_ALONE_DIFFERS]] = (
+        int(cp.max_num_batched_tokens[0]), int(cp.dp[0]), slots, concurrency is not None,
+        requests, timer.alone_differs)  # fmt: skip
+    times_s = _transfer_times_s(cp, cd, mean_isl, link, layerwise_overlap)
+    loop = _Loop(isl_draw, osl_draw, ranks_p, ranks_d, slots)
+    if concurrency is not None:
+        send_t = np.zeros(max(min(concurrency, requests), 0))
+    else:  # drawn after the lengths, as ever: the same seed gives the same requests
+        send_t = np.cumsum(rng.exponential(1.0 / rate_rps, requests))
+    K.open_sends(cfg, loop.st, loop.req, send_t)
+    while K.run_disagg(cfg, times_s, *loop.arrays(), send_t, *timer.tables()) == NEED_ROW:
+        timer.fill(loop.st)
+    finished = loop.finished[: loop.st[K.S_FINISHED]]
+    gpus = prefill_workers * cp.gpus_per_instance[0] + decode_workers * cd.gpus_per_instance[0]
+    return _result(loop.req, finished[warmup_requests:], int(gpus))
+
+
+def _transfer_times_s(cp, cd, mean_isl: float, link: str, layerwise_overlap: bool) -> np.ndarray:
+    """The loop's fixed times (s): the front end, the KV transfer's wire time per prompt
+    token and its latency (``disagg.kv_transfer`` at the mean prompt)."""
     pre = prefill_pool(cp, np.array([1.0]), np.array([mean_isl]))
     xfer = kv_transfer(cp, cd, np.array([mean_isl]), link, layerwise_overlap, pre.prefill_s)
-    wire_per_token = float(xfer.wire_s[0]) / mean_isl
-    latency = float(xfer.latency_s[0])
+    times_s = np.zeros(K.TIME_SLOTS)
+    times_s[K.L_FRONTEND] = float(cp.frontend_latency_s[0])
+    times_s[K.L_WIRE_PER_TOKEN] = float(xfer.wire_s[0]) / mean_isl
+    times_s[K.L_LATENCY] = float(xfer.latency_s[0])
+    return times_s
 
-    events: list = []
-    counter = 0
 
-    def push(t: float, kind: str, payload) -> None:
-        nonlocal counter
-        counter += 1
-        heapq.heappush(events, (t, counter, kind, payload))
+class _Loop:
+    """The compiled loop's state (``sizing.disagg_kernel`` names the slots and columns)."""
 
-    # per request: [send_t, isl, osl, left_to_prefill, first_t, done_t]
-    req = np.zeros((requests, 6))
-    req[:, 1], req[:, 2] = isl_draw, osl_draw
-    queues = [deque() for _ in range(ranks_p)]
-    queued_tokens = np.zeros(ranks_p)
-    p_busy = np.zeros(ranks_p, dtype=bool)
-    link_free = np.zeros(ranks_d)
-    pending = [deque() for _ in range(ranks_d)]  # transferred, waiting for a slot
-    # A decode rank's running sequences as aggregates: every step gives each one token, so
-    # a sequence admitted before step s of its rank with o tokens to go finishes at step
-    # s + o and its context grows by one a step. Per rank: steps run, sequences, the sum of
-    # their contexts (integers in floats: exact), and a heap of (finish step, admission
-    # order, request): finishers leave in admission order, as a list of them would.
-    # (Python lists: a decode step touches them once per rank and step, ~10^5-10^6 times a
-    # run, and a list's item is several times cheaper to read and update than an array's)
-    steps_d = [0] * ranks_d
-    running_n = [0] * ranks_d
-    context_sum = [0.0] * ranks_d
-    finishing: list[list] = [[] for _ in range(ranks_d)]
-    admitted = 0
-    d_busy = [False] * ranks_d
-    # each rank's last context cell: its row of step times and the contexts it covers (the
-    # mean context moves by about one token a step, a cell spans ~1 % of it)
-    cells: list = [((), 0.0, 0.0)] * ranks_d
-    load_d = np.zeros(ranks_d)
-    sent = 0
-    finished: list[int] = []
+    def __init__(self, isl: np.ndarray, osl: np.ndarray, ranks_p: int, ranks_d: int,
+                 slots: int):  # fmt: skip
+        requests = len(isl)
+        self.st = np.zeros(K.INT_SLOTS, dtype=np.int64)
+        self.fs = np.zeros(K.FLOAT_SLOTS)
+        self.req = np.zeros((requests, K.REQUEST_FLOATS))
+        self.req[:, K.Q_ISL], self.req[:, K.Q_OSL] = isl, osl
+        self.links = np.full((2, requests), -1, dtype=np.int64)
+        self.prefill = np.zeros((ranks_p, K.PREFILL_RANK_INTS), dtype=np.int64)
+        self.queued = np.zeros(ranks_p)  # prompt tokens queued per prefill rank
+        self.decode = np.zeros((ranks_d, K.DECODE_RANK_INTS), dtype=np.int64)
+        self.decode_f = np.zeros((ranks_d, K.DECODE_RANK_FLOATS))
+        # a rank runs at most its slots, and never more sequences than there are requests
+        self.finishing = np.zeros((ranks_d, min(slots, requests) + 1, 3), dtype=np.int64)
+        self.done_log = np.zeros(requests, dtype=np.int64)
+        self.finished = np.zeros(requests, dtype=np.int64)
+        # at most one event per request in flight (its arrival or its transfer) and one
+        # step per rank (the arrivals sent up front are a stream of their own)
+        events = requests + ranks_p + ranks_d + 1
+        self.ev_t = np.zeros((events, 1))
+        self.ev_k = np.zeros((events, K.EVENT_INTS), dtype=np.int64)
 
-    def send(t: float) -> None:
-        nonlocal sent
-        if sent >= requests:
-            return
-        i = sent
-        sent += 1
-        req[i, 0] = t
-        req[i, 3] = req[i, 1]
-        push(t + frontend, "arrive", i)
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """The state in ``run_disagg``'s order."""
+        return (self.st, self.fs, self.req, self.links, self.prefill, self.queued, self.decode,
+                self.decode_f, self.finishing, self.done_log, self.finished, self.ev_t,
+                self.ev_k)  # fmt: skip
 
-    def start_prefill(rank: int, t: float) -> None:
-        if p_busy[rank] or not queues[rank]:
-            return
-        room, tokens, weighted, done = budget, 0.0, 0.0, []
-        for i in queues[rank]:  # not changed in the loop: the finished leave after it
-            if room <= 0:
-                break
-            take = min(room, req[i, 3])
-            offset = req[i, 1] - req[i, 3]
-            weighted += take * (2 * offset + take)
-            tokens += take
-            room -= take
-            req[i, 3] -= take
-            if req[i, 3] <= 0:
-                done.append(i)
-            else:
-                break  # a chunked prompt fills the step
-        for _ in done:  # the queue's first ones, in order (FCFS: a chunked prompt stops it)
-            queues[rank].popleft()
-        queued_tokens[rank] -= tokens
-        first = rank - rank % dp_p
-        alone = not p_busy[first : first + dp_p].any()  # before this rank is marked busy
-        p_busy[rank] = True
-        push(t + timer.prefill_s(tokens, weighted / tokens, alone), "prefilled", (rank, done))
 
-    def start_decode(rank: int, t: float) -> None:
-        nonlocal admitted
-        if d_busy[rank]:
-            return
-        while pending[rank] and running_n[rank] < slots:
-            i = pending[rank].popleft()
-            admitted += 1
-            heapq.heappush(finishing[rank], (steps_d[rank] + int(req[i, 2]), admitted, i))
-            running_n[rank] += 1
-            context_sum[rank] += float(req[i, 1])
-        n = running_n[rank]
-        if n == 0:
-            return
-        d_busy[rank] = True
-        ctx = context_sum[rank] / n
-        row, low, high = cells[rank]
-        if not (low < ctx < high and n < len(row)):
-            row, low, high = cells[rank] = timer.decode_row(n, ctx)
-        push(t + row[n], "decoded", rank)
-
-    if concurrency is not None:
-        for _ in range(min(concurrency, requests)):
-            send(0.0)
-    else:
-        gaps = rng.exponential(1.0 / rate_rps, requests)
-        for t in np.cumsum(gaps):
-            send(float(t))
-
-    while events:
-        t, _, kind, payload = heapq.heappop(events)
-        if kind == "arrive":
-            rank = int(np.argmin(queued_tokens))
-            queues[rank].append(payload)
-            queued_tokens[rank] += req[payload, 1]
-            start_prefill(rank, t)
-        elif kind == "prefilled":
-            rank, done = payload
-            p_busy[rank] = False
-            for i in done:
-                d = int(np.argmin(load_d))
-                load_d[d] += 1
-                wire = wire_per_token * req[i, 1]
-                begin = max(t, link_free[d])
-                link_free[d] = begin + wire
-                push(begin + wire + latency, "transferred", (d, i))
-            start_prefill(rank, t)
-        elif kind == "transferred":
-            d, i = payload
-            req[i, 4] = t
-            pending[d].append(i)
-            start_decode(d, t)
-        elif kind == "decoded":
-            d = payload
-            d_busy[d] = False
-            steps_d[d] += 1
-            context_sum[d] += running_n[d]
-            while finishing[d] and finishing[d][0][0] <= steps_d[d]:
-                _, _, i = heapq.heappop(finishing[d])
-                running_n[d] -= 1
-                context_sum[d] -= float(req[i, 1] + req[i, 2])  # its context after its last token
-                req[i, 5] = t
-                finished.append(i)
-                load_d[d] -= 1
-                if concurrency is not None:
-                    send(t)
-            start_decode(d, t)
-
-    kept = np.array(finished[warmup_requests:], dtype=np.int64)
+def _result(req: np.ndarray, kept: np.ndarray, gpus: int) -> DisaggSimResult:
+    """The latencies of the requests ``kept`` (those that finished after the warm-up)."""
     if len(kept) == 0:
         raise ValueError("no request finished after the warm-up")
-    send_t, first_t, done_t = req[kept, 0], req[kept, 4], req[kept, 5]
-    window = float(done_t.max() - req[kept, 0].min())
+    send_t, first_t, done_t = req[kept, K.Q_SEND], req[kept, K.Q_FIRST], req[kept, K.Q_DONE]
+    osl = req[kept, K.Q_OSL]
     return DisaggSimResult(
         ttft_s=first_t - send_t,
-        tpot_s=(done_t - first_t) / req[kept, 2],
+        tpot_s=(done_t - first_t) / osl,
         e2e_s=done_t - send_t,
-        output_tokens=int(req[kept, 2].sum()),
-        window_s=window,
-        gpus=int(prefill_workers * cp.gpus_per_instance[0] + decode_workers
-                 * cd.gpus_per_instance[0]),
-    )  # fmt: skip
+        output_tokens=int(osl.sum()),
+        window_s=float(done_t.max() - send_t.min()),
+        gpus=gpus,
+    )

@@ -22,13 +22,22 @@ import numba
 import numpy as np
 
 
-def compiled(fn):
-    """``numba.njit(cache=True)``, or in memory where no cache folder is writable (numba
-    refuses ``cache=True`` then): the same machine code, compiled anew by each process."""
-    try:
-        return numba.njit(cache=True)(fn)
-    except RuntimeError:
-        return numba.njit(fn)
+def compiled_with(**options):
+    """A decorator: ``numba.njit(cache=True, **options)``, or in memory where no cache folder
+    is writable (numba refuses ``cache=True`` then): the same machine code, compiled anew by
+    each process."""
+
+    def decorate(fn):
+        try:
+            return numba.njit(cache=True, **options)(fn)
+        except RuntimeError:
+            return numba.njit(**options)(fn)
+
+    return decorate
+
+
+#: ``numba.njit(cache=True)`` (see ``compiled_with``)
+compiled = compiled_with()
 
 
 # ---------------------------------------------------------------------------- statuses
@@ -104,7 +113,7 @@ def _slot(hash_keys: np.ndarray, key: int) -> int:
 
 
 @compiled
-def _row_value(hash_keys, hash_rows, row_start, row_len, values, key: int, n: int) -> float:
+def row_value(hash_keys, hash_rows, row_start, row_len, values, key: int, n: int) -> float:
     """Step time ``n`` of the row under ``key``, NaN when the row is missing or shorter."""
     i = _slot(hash_keys, key)
     if hash_keys[i] == -1:
@@ -250,7 +259,9 @@ def _swap(h: np.ndarray, i: int, j: int) -> None:
 
 
 @compiled
-def _heap_push(h: np.ndarray, length: int, a: int, b: int, c: int) -> int:
+def heap_push(h: np.ndarray, length: int, a: int, b: int, c: int) -> int:
+    """Add the row ``(a, b, c)`` to the heap ``h[:length]`` (lexicographic order); the new
+    length."""
     h[length, 0], h[length, 1], h[length, 2] = a, b, c
     i = length
     while i > 0:
@@ -263,7 +274,7 @@ def _heap_push(h: np.ndarray, length: int, a: int, b: int, c: int) -> int:
 
 
 @compiled
-def _heap_pop(h: np.ndarray, length: int) -> int:
+def heap_pop(h: np.ndarray, length: int) -> int:
     """Drop the smallest row (read it from row 0 first); the new length."""
     length -= 1
     _swap(h, 0, length)
@@ -282,7 +293,8 @@ def _heap_pop(h: np.ndarray, length: int) -> int:
 
 @compiled
 def _pend_less(t: np.ndarray, k: np.ndarray, i: int, j: int) -> bool:
-    """Order of pending sends: (engine entry time, send order)."""
+    """Order of a timed heap's rows (pending sends, the two-pool loop's events): (time,
+    order)."""
     if t[i, 0] != t[j, 0]:
         return t[i, 0] < t[j, 0]
     return k[i, 0] < k[j, 0]
@@ -300,6 +312,13 @@ def _pend_swap(t, k, i, j) -> None:
 def _pend_push(t, k, length, entry_s, order, sent_s, isl, osl) -> int:
     t[length, 0], t[length, 1] = entry_s, sent_s
     k[length, 0], k[length, 1], k[length, 2] = order, isl, osl
+    return timed_heap_push(t, k, length)
+
+
+@compiled
+def timed_heap_push(t, k, length) -> int:
+    """Take the row just written at ``length`` into the heap of rows ``t``, ``k`` (float and
+    int columns, ordered by time ``t[:, 0]`` then order ``k[:, 0]``); the new length."""
     i = length
     while i > 0:
         parent = (i - 1) >> 1
@@ -311,7 +330,8 @@ def _pend_push(t, k, length, entry_s, order, sent_s, isl, osl) -> int:
 
 
 @compiled
-def _pend_pop(t, k, length) -> int:
+def timed_heap_pop(t, k, length) -> int:
+    """Drop the first row of the timed heap (read it from row 0 first); the new length."""
     length -= 1
     _pend_swap(t, k, 0, length)
     i = 0
@@ -430,7 +450,7 @@ def _step_s(cfg, st, fs, n_dec, ctx, pre, p_eq, hash_keys, hash_rows, row_start,
                            n_dec, ctx_k, pre_k, p_k)  # fmt: skip
     if np.isnan(dt) and not cfg[C_ONE_SHOT]:
         key = table_key(ctx_k, pre_k, p_k)
-        dt = _row_value(hash_keys, hash_rows, row_start, row_len, values, key, n_dec)
+        dt = row_value(hash_keys, hash_rows, row_start, row_len, values, key, n_dec)
     if np.isnan(dt):
         st[S_NEED_CTX], st[S_NEED_PRE], st[S_NEED_PEQ], st[S_NEED_DEC] = ctx_k, pre_k, p_k, n_dec
         st[S_NEED_TOKENS] = pre
@@ -474,11 +494,11 @@ def _finish_step(cfg, tokens_per_step, frontend_s, st, fs, ri, rf, draws_isl, dr
         left = ri[rid, R_OSL] - ri[rid, R_GEN]
         if tokens_per_step > 1.0:
             left = math.ceil(left / tokens_per_step)
-        st[S_HEAP_LEN] = _heap_push(heap, st[S_HEAP_LEN], s + left, rid, ri[rid, R_VER])
+        st[S_HEAP_LEN] = heap_push(heap, st[S_HEAP_LEN], s + left, rid, ri[rid, R_VER])
     # decodes: every decoding sequence gained one token this step
     while st[S_HEAP_LEN] > 0 and heap[0, 0] <= s:
         rid, ver = heap[0, 1], heap[0, 2]
-        st[S_HEAP_LEN] = _heap_pop(heap, st[S_HEAP_LEN])
+        st[S_HEAP_LEN] = heap_pop(heap, st[S_HEAP_LEN])
         if not ri[rid, R_DECODING] or ri[rid, R_VER] != ver:
             continue  # preempted since it was pushed
         ri[rid, R_DECODING] = 0
@@ -556,7 +576,7 @@ def _pull_arrivals(cfg, frontend_s, st, fs, ri, rf, draws_t, draws_isl, draws_os
     now = fs[F_NOW]
     while st[S_PEND_LEN] > 0 and pend_t[0, 0] <= now:
         sent, isl, osl = pend_t[0, 1], pend_k[0, 1], pend_k[0, 2]
-        st[S_PEND_LEN] = _pend_pop(pend_t, pend_k, st[S_PEND_LEN])
+        st[S_PEND_LEN] = timed_heap_pop(pend_t, pend_k, st[S_PEND_LEN])
         _new_request(cfg, st, ri, rf, hits, waiting, sent, isl, osl)
     if cfg[C_CLOSED]:
         return

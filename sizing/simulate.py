@@ -387,16 +387,11 @@ class StepTimer:
         return float(block[key[0] - first, pre_keys.index(key[1]), n_dec])
 
     def _prompt_band(self, key: tuple[int, int, int]) -> tuple[list[int], list[int]]:
-        """The prompt-token cells filled with ``key``'s: ``prompt_band`` aligned neighbours
-        along the line ``p_eq key - prompt key = const`` (a whole prompt in one chunk has
-        ``p_eq = prompt``: three mixed steps in four lie on the diagonal), keeping both keys
-        >= 1; a decode-only step (prompt key 0) fills its own cell only."""
+        """The prompt-token cells filled with ``key``'s (``prompt_band``); a decode-only step
+        (prompt key 0) fills its own cell only."""
         if key[1] == 0:
             return [0], [key[2]]
-        offset, band = key[2] - key[1], self.prompt_band
-        start = key[1] // band * band
-        pre_keys = [k for k in range(start, start + band) if k >= 1 and k + offset >= 1]
-        return pre_keys, [k + offset for k in pre_keys]
+        return prompt_band(key[1], key[2], self.prompt_band)
 
     def _block_shape(
         self, key: tuple[int, int, int], n_dec: int, band: int = 1
@@ -445,6 +440,17 @@ class StepTimer:
         affine = self.__dict__.get("affine")  # the cached property, without building it
         held = sum(a.nbytes for a in affine.arrays()) if affine is not None else 0
         return self.table.nbytes + self.block_bytes + held
+
+
+def prompt_band(pre_k: int, p_k: int, band: int) -> tuple[list[int], list[int]]:
+    """The prompt-token cells (prompt key, p_eq key) one core call fills with ``(pre_k,
+    p_k)``'s: ``band`` aligned neighbours along the line ``p_eq key - prompt key = const`` (a
+    whole prompt in one chunk has ``p_eq = prompt``: three mixed steps in four lie on the
+    diagonal), keeping both keys >= 1."""
+    offset = p_k - pre_k
+    start = pre_k // band * band
+    pre_keys = [k for k in range(start, start + band) if k >= 1 and k + offset >= 1]
+    return pre_keys, [k + offset for k in pre_keys]
 
 
 _shared = threading.local()

@@ -55,24 +55,38 @@ def test_refuses_both_or_neither_load():
         simulate_disagg(cp, cd, 1, 1, LengthDist(100), LengthDist(10), requests=10)
 
 
+@pytest.mark.parametrize("workers", [(0, 1), (1, 0)])
+def test_refuses_a_pool_without_workers(workers):
+    # given no prefill or no decode worker, then a ValueError (the callers' "cannot simulate")
+    cp, cd = _worker(), _worker()
+    with pytest.raises(ValueError, match="each pool needs a rank"):
+        simulate_disagg(cp, cd, *workers, LengthDist(100), LengthDist(10), requests=10,
+                        concurrency=1)  # fmt: skip
+
+
 @pytest.mark.parametrize("moe", [False, True])
 def test_the_step_memo_gives_each_call_its_own_core_numbers(moe):
     # given a prefill and a decode worker (dense Llama 3.1 70B TP4, or gpt-oss-120b TP2)
-    from sizing.disagg_sim import _grid, _Timer
+    from sizing.disagg_sim import _Timer
+    from sizing.simulate import grid_key, grid_value
     from sizing.steptime import decode_step
     from tests.sizing.specs_catalog import B200, GPT_OSS_120B
 
+    def _grid(x, per_octave):
+        return grid_value(grid_key(x, per_octave), per_octave)
+
     c = CandidateArrays.build(GPT_OSS_120B, B200, "fp8", tp=2) if moe else _worker()
-    timer = _Timer(c, c)
-    # when decode steps are timed through the memo (rows of counts) in a scattered order
+    timer = _Timer(c, c, 256)
+    # when steps are timed through the memo (rows of counts in blocks of context cells, bands
+    # of prefill cells) in a scattered order
     for n, ctx in ((3, 1500.0), (1, 1500.0), (70, 1500.0), (200, 900.5), (0, 10.0), (64, 1501.0)):
         # then each is the core's own number for that count and the context's grid value
         alone = decode_step(c, np.array([float(n)]), np.array([_grid(ctx, 64)])).step_s[0]
         assert timer.decode_s(n, ctx) == float(alone)
-    p_eq = _grid(1800.0, 32)
-    alone = decode_step(c, np.array([0.0]), np.array([0.0]), np.array([_grid(2000.0, 32)]),
-                        np.array([p_eq])).step_s[0]  # fmt: skip
-    assert timer.prefill_s(2000.0, 1800.0) == float(alone)
+    for tokens, p_eq in ((2000.0, 1800.0), (2000.0, 2000.0), (30.0, 30.0), (8000.0, 9000.0)):
+        grid = (np.array([_grid(tokens, 32)]), np.array([_grid(p_eq, 32)]))
+        alone = decode_step(c, np.array([0.0]), np.array([0.0]), *grid).step_s[0]
+        assert timer.prefill_s(tokens, p_eq) == float(alone)
 
 
 def test_a_lone_prompt_on_an_expert_parallel_prefill_rank_is_the_mean_value_models():
@@ -103,23 +117,165 @@ def test_a_lone_prompt_on_an_expert_parallel_prefill_rank_is_the_mean_value_mode
     assert p.prefill.prefill_s[0] < 0.9 * full
 
 
-def test_a_decode_rank_reusing_its_context_cell_changes_no_number(monkeypatch):
-    # given a 2P3D deployment of Llama 3.1 70B fp8 at drawn lengths under Poisson load
-    from sizing import disagg_sim
+def test_step_tables_emptied_over_and_over_change_no_number(monkeypatch):
+    # given a 2P3D deployment of Llama 3.1 70B fp8 at drawn lengths under Poisson load, and
+    # a count of the cells the compiled loop asks Python to fill
+    from sizing import disagg_sim, simulate
     from sizing.simulate import lengths_from_mean_p95
 
     c = CandidateArrays.build(LLAMA_70B, H100, "fp8", tp=4)
     isl, osl = lengths_from_mean_p95(1000, 3000), lengths_from_mean_p95(300, 800)
+    fills = []
+    fill = disagg_sim._Timer.fill
+
+    def counted(timer, st):
+        fills.append(int(st[disagg_sim.K.S_NEED_POOL]))
+        fill(timer, st)
+
+    monkeypatch.setattr(disagg_sim._Timer, "fill", counted)
 
     def run():
-        return simulate_disagg(c, c, 2, 3, isl, osl, 600, rate_rps=6.0, warmup_requests=60,
-                               seed=3)  # fmt: skip
+        fills.clear()
+        result = simulate_disagg(c, c, 2, 3, isl, osl, 600, rate_rps=6.0, warmup_requests=60,
+                                 seed=3)  # fmt: skip
+        return result, len(fills)
 
-    # when simulated with each rank keeping its context cell's row between steps, and with
-    # every step looking its cell up anew (an empty interval of contexts)
-    kept = run()
-    monkeypatch.setattr(disagg_sim, "context_cell", lambda k: (np.inf, -np.inf))
-    looked_up = run()
-    # then every latency is identical
+    # when simulated with tables that keep every cell, and with tables of the least room
+    # (4,096 step times: emptied whenever a fill would pass it, so cells are asked again)
+    kept, kept_fills = run()
+    monkeypatch.setattr(disagg_sim, "TABLE_BYTES", 0)
+    monkeypatch.setattr(simulate, "TABLE_BYTES", 0)  # the decode pool's (``StepTimer``)
+    refilled, refills = run()
+    # then the loop stopped for more cells, resumed each time where it stopped, and every
+    # latency is identical
+    assert refills > kept_fills
     for name in ("ttft_s", "tpot_s", "e2e_s"):
-        assert np.array_equal(getattr(kept, name), getattr(looked_up, name)), name
+        assert np.array_equal(getattr(kept, name), getattr(refilled, name)), name
+
+
+def _reference_deployments() -> dict:
+    """The deployments whose outputs were recorded from the pure-Python event loop (before
+    the loop was compiled): dense and MoE, the EP > TP prefill worker (``alone`` steps), DP
+    decode ranks, closed loop and Poisson, prompts chunked over several steps, and a decode
+    rank whose slots bind (transferred requests wait for a slot)."""
+    from sizing.simulate import lengths_from_mean_p95
+    from tests.sizing.specs_catalog import B200, DEEPSEEK_V3, LLAMA_8B
+
+    def worker(model, gpu, precision, tp=1, ep=1, dp=1):
+        return CandidateArrays.build(model, gpu, precision, None, tp, 1, ep, dp)
+
+    chat = (lengths_from_mean_p95(1000, 3000), lengths_from_mean_p95(300, 800))
+    llama_70b = worker(LLAMA_70B, H100, "fp8", 4)
+    llama_70b_bf16 = worker(LLAMA_70B, H100, "bf16", 4)
+    dep8 = worker(DEEPSEEK_V3, B200, "fp8", ep=8, dp=8)
+    llama_8b = worker(LLAMA_8B, H100, "bf16")
+    mixed = (LengthDist(1000, "lognormal", 3000), LengthDist(200, "lognormal", 600))
+    return {
+        "llama_70b_fp8_tp4_2p3d_poisson": (llama_70b, llama_70b, 2, 3, *chat, 600,
+                                           dict(rate_rps=6.0, warmup_requests=60, seed=3)),
+        "deepseek_v3_fp8_dp8_ep8_1p2d_poisson": (dep8, dep8, 1, 2, *chat, 600,
+                                                 dict(rate_rps=8.0, warmup_requests=60, seed=5)),
+        "llama_8b_tp1_closed_loop": (llama_8b, llama_8b, 1, 1, *mixed, 400,
+                                     dict(concurrency=40, warmup_requests=40, seed=1)),
+        "llama_70b_fp8_chunked_long_prompts": (
+            llama_70b, llama_70b, 1, 2, LengthDist(20000, "lognormal", 40000), LengthDist(100),
+            150, dict(rate_rps=0.5, warmup_requests=10, seed=4)),
+        "llama_70b_bf16_decode_slots_bind": (
+            llama_70b_bf16, llama_70b_bf16, 3, 1, LengthDist(8000), LengthDist(400), 300,
+            dict(concurrency=120, warmup_requests=30, seed=6)),
+    }  # fmt: skip
+
+
+#: What the pure-Python event loop gave for each reference deployment (s; repr precision).
+REFERENCE_OUTPUTS = {
+    "llama_70b_fp8_tp4_2p3d_poisson": {
+        "kept": 540,
+        "output_tokens": 163714,
+        "window_s": 107.75648735742588,
+        "ttft_sum_s": 36.168443797446606,
+        "ttft_p50_s": 0.046397758750805096,
+        "ttft_max_s": 0.47618953204437275,
+        "tpot_sum_s": 6.559963565384211,
+        "tpot_p50_s": 0.012137508311227504,
+        "tpot_max_s": 0.012476040114005773,
+        "e2e_sum_s": 2021.6588788521149,
+        "e2e_p50_s": 2.92038970191582,
+        "e2e_max_s": 32.610409266195674,
+    },
+    "deepseek_v3_fp8_dp8_ep8_1p2d_poisson": {
+        "kept": 540,
+        "output_tokens": 176220,
+        "window_s": 87.98427265242549,
+        "ttft_sum_s": 24.539247358947595,
+        "ttft_p50_s": 0.03074094517545234,
+        "ttft_max_s": 0.3313996022955763,
+        "tpot_sum_s": 7.195085519172326,
+        "tpot_p50_s": 0.013106335020273264,
+        "tpot_max_s": 0.015880766953430468,
+        "e2e_sum_s": 2357.3126379285945,
+        "e2e_p50_s": 3.3460007319725307,
+        "e2e_max_s": 31.069271110055,
+    },
+    "llama_8b_tp1_closed_loop": {
+        "kept": 360,
+        "output_tokens": 73530,
+        "window_s": 30.502801055618303,
+        "ttft_sum_s": 28.26547334023938,
+        "ttft_p50_s": 0.03920283792888668,
+        "ttft_max_s": 1.1372687246233095,
+        "tpot_sum_s": 4.265687498082463,
+        "tpot_p50_s": 0.011868252775923266,
+        "tpot_max_s": 0.013540824307423855,
+        "e2e_sum_s": 890.9514985654939,
+        "e2e_p50_s": 1.638389511029922,
+        "e2e_max_s": 18.19800602738937,
+    },
+    "llama_70b_fp8_chunked_long_prompts": {
+        "kept": 140,
+        "output_tokens": 14000,
+        "window_s": 288.4925488160575,
+        "ttft_sum_s": 272.97720918537357,
+        "ttft_p50_s": 1.6238222812521048,
+        "ttft_max_s": 8.583882670634779,
+        "tpot_sum_s": 1.7084334245626278,
+        "tpot_p50_s": 0.01216432309161121,
+        "tpot_max_s": 0.012772452355335417,
+        "e2e_sum_s": 443.82055164163637,
+        "e2e_p50_s": 2.8493638824792473,
+        "e2e_max_s": 9.850173724802602,
+    },
+    "llama_70b_bf16_decode_slots_bind": {
+        "kept": 270,
+        "output_tokens": 108000,
+        "window_s": 84.86987571548217,
+        "ttft_sum_s": 3772.562457825614,
+        "ttft_p50_s": 13.036935687114287,
+        "ttft_max_s": 26.793229336025895,
+        "tpot_sum_s": 11.033654729197364,
+        "tpot_p50_s": 0.041464342674525576,
+        "tpot_max_s": 0.05160527883783459,
+        "e2e_sum_s": 8186.02434950456,
+        "e2e_p50_s": 30.349669247163774,
+        "e2e_max_s": 41.81209634148917,
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE_OUTPUTS))
+def test_each_reference_deployment_gives_the_recorded_latencies(name):
+    # given a deployment whose outputs the pure-Python event loop recorded
+    cp, cd, x, y, isl, osl, requests, load = _reference_deployments()[name]
+    # when it is simulated again
+    sim = simulate_disagg(cp, cd, x, y, isl, osl, requests, **load)
+    # then the same requests are kept and every statistic of every latency is the recorded
+    # one (to the last bits: sums over hundreds of requests see any changed latency)
+    expected = REFERENCE_OUTPUTS[name]
+    assert (len(sim.ttft_s), sim.output_tokens) == (expected["kept"], expected["output_tokens"])
+    got = {"window_s": sim.window_s}
+    for latency in ("ttft", "tpot", "e2e"):
+        values = getattr(sim, f"{latency}_s")
+        got[f"{latency}_sum_s"] = float(np.sum(values))
+        got[f"{latency}_p50_s"] = float(np.percentile(values, 50))
+        got[f"{latency}_max_s"] = float(np.max(values))
+    for key, value in got.items():
+        assert value == pytest.approx(expected[key], rel=1e-12, abs=0), key

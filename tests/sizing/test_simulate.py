@@ -458,18 +458,18 @@ def test_mean_value_ttft_with_drawn_lengths_follows_the_simulator_not_the_lock_s
 
 def test_the_step_table_keeps_a_longer_row_over_a_shorter_one():
     # given a table holding a cell's row of 4 decode counts
-    from sizing.sim_kernel import StepTable, _row_value, table_key
+    from sizing.sim_kernel import StepTable, row_value, table_key
 
     table = StepTable(1 << 20)
     key = table_key(70, 3, 3)
     table.put(np.array([key]), np.array([[1.0, 2.0, 3.0, 4.0]]))
     # when a later block puts a row of 2 for the same cell, and one of 6
     table.put(np.array([key]), np.array([[1.0, 2.0]]))
-    kept = _row_value(*table.arrays(), key, 3)
+    kept = row_value(*table.arrays(), key, 3)
     table.put(np.array([key]), np.array([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]]))
     # then the shorter row left the longer in place, and the longer one replaced it
     assert kept == 4.0
-    assert _row_value(*table.arrays(), key, 5) == 6.0
+    assert row_value(*table.arrays(), key, 5) == 6.0
 
 
 def test_a_scheduler_polling_every_30_decode_steps_delays_ttft_as_the_mean_value_model_says():
