@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 
+import psycopg
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import connection, models
@@ -374,4 +375,37 @@ def update_rows(model, objs: list, fields: tuple[str, ...]) -> None:
         for obj in objs
     ]
     with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+
+
+def upsert_rows(model, objs: list, unique_fields: list[str], update_fields: list[str]) -> None:
+    """``INSERT ... ON CONFLICT (<unique_fields>) DO UPDATE SET <update_fields>`` for ``objs``
+    (new rows: the primary key is the table's), one executemany.
+
+    On PostgreSQL the parameters travel apart from the statement (a server-binding psycopg
+    cursor on Django's connection, so in its transaction, errors translated as Django's):
+    Django's client-side binding quotes every JSON derivation into the SQL text, and
+    ``bulk_create`` took 0.47 s for a typical run's 180 rows (5.8 MB of derivations) where
+    this takes ~0.13 s. Other databases (SQLite) use ``bulk_create(update_conflicts=True)``."""
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create(
+            objs, update_conflicts=True, unique_fields=unique_fields, update_fields=update_fields
+        )
+        return
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    quote = connection.ops.quote_name
+    conflict = ", ".join(quote(model._meta.get_field(f).column) for f in unique_fields)
+    updates = [quote(model._meta.get_field(f).column) for f in update_fields]
+    columns = ", ".join(quote(f.column) for f in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in updates)
+    sql = (
+        f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({marks}) "
+        f"ON CONFLICT ({conflict}) DO UPDATE SET {sets}"
+    )
+    params = [
+        [f.get_db_prep_save(f.pre_save(obj, add=True), connection) for f in fields] for obj in objs
+    ]
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.executemany(sql, params)

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from planner import broker, pipeline, runner
 from planner.cache import DatabaseCache
-from planner.models import CandidateResult, SizingRun, update_rows
+from planner.models import CandidateResult, SizingRun, update_rows, upsert_rows
 
 log = logging.getLogger(__name__)
 
@@ -124,12 +124,7 @@ def _save_batch(run_id: int, batch_index: int, values: list[dict]) -> None:
         run = SizingRun.objects.select_for_update().get(pk=run_id)
         if batch_index in run.batches_done:
             return
-        CandidateResult.objects.bulk_create(
-            rows,
-            update_conflicts=True,
-            unique_fields=["run", "candidate_key"],
-            update_fields=update_fields,
-        )
+        upsert_rows(CandidateResult, rows, ["run", "candidate_key"], update_fields)
         run.batches_done = sorted({*run.batches_done, batch_index})
         done_share = len(run.batches_done) / max(run.batch_count, 1)
         run.progress = int(BATCHES_PROGRESS * done_share)
