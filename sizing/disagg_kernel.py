@@ -31,7 +31,6 @@ from sizing.sim_kernel import (
     GRID_PER_OCTAVE,
     NEED_ROW,
     PREFILL_GRID_PER_OCTAVE,
-    compiled_with,
     grid_key,
     heap_pop,
     heap_push,
@@ -39,12 +38,8 @@ from sizing.sim_kernel import (
     table_key,
     timed_heap_pop,
     timed_heap_push,
+    unrefcounted,
 )
-
-#: ``sim_kernel.compiled`` without reference counts (numba's ``_nrt=False``: every numba
-#: version the project allows takes it; numba refuses to compile a function so flagged that
-#: would allocate, so none can leak)
-unrefcounted = compiled_with(_nrt=False)
 
 # ---------------------------------------------------------------------------- config (ints)
 C_BUDGET, C_DP_P, C_SLOTS, C_CLOSED, C_REQUESTS, C_ALONE_DIFFERS = range(6)

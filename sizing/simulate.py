@@ -743,7 +743,7 @@ class _Run:
         self.queues = (
             np.zeros(n_req + 1, dtype=np.int64),  # waiting (a ring)
             np.zeros(seqs, dtype=np.int64),  # running, in admission order
-            np.zeros(seqs, dtype=np.int64),  # prefilling, in admission order
+            np.zeros(2 * seqs, dtype=np.int64),  # prefilling, in admission order; a copy above
             np.zeros((2 * seqs, 2), dtype=np.int64),  # this step's chunks (request, tokens)
         )
         self.heap = np.zeros((4 * seqs + 64, 3), dtype=np.int64)  # (finish step, id, version)
