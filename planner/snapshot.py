@@ -137,13 +137,19 @@ def gpus_per_node(snapshot: dict, gpu_slug: str, replica_gpus: int) -> int:
 
 
 def candidates(snapshot: dict, indices: range | list[int] | None = None) -> list[Candidate]:
-    """Core candidates for the given indices of ``snapshot["candidates"]`` (all by default)."""
-    models = {k: _build(ModelSpec, v) for k, v in snapshot["models"].items()}
-    gpus = {k: _build(GpuSpec, v) for k, v in snapshot["gpus"].items()}
-    calibrations = {k: _build(Calibration, v) for k, v in snapshot["calibrations"].items()}
-    engine = _build(EngineSettings, snapshot["engine"])
+    """Core candidates for the given indices of ``snapshot["candidates"]`` (all by default).
+    Only the models, GPUs and calibrations the chosen rows name are built (a tail search
+    builds one candidate of a snapshot holding a sweep's dozens of each)."""
     rows = snapshot["candidates"]
     chosen = range(len(rows)) if indices is None else indices
+    named = [rows[i] for i in chosen]
+    models = {k: _build(ModelSpec, snapshot["models"][k]) for k in {r["model"] for r in named}}
+    gpus = {k: _build(GpuSpec, snapshot["gpus"][k]) for k in {r["gpu"] for r in named}}
+    wanted = {k for r in named for k in (f"{r['gpu']}|{r['precision']}", r["gpu"])}
+    calibrations = {
+        k: _build(Calibration, v) for k, v in snapshot["calibrations"].items() if k in wanted
+    }
+    engine = _build(EngineSettings, snapshot["engine"])
     out = []
     for i in chosen:
         row = rows[i]

@@ -56,3 +56,38 @@ def test_an_upsert_error_is_djangos_and_rolls_back_with_the_transaction(catalog)
         upsert_rows(CandidateResult, [row], ["run", "candidate_key"], ["reason"])
     # then the error is Django's IntegrityError and nothing was half-saved
     assert run.results.count() == count
+
+
+def test_the_simulation_cache_keeps_the_first_writer_and_says_what_it_holds():
+    from planner.cache import DatabaseCache
+    from planner.models import SimulationCache
+
+    # given an empty cache
+    cache = DatabaseCache()
+    # when a search is put, then put again under the same key (a lost race)
+    cache.put("a" * 64, {"rate_rps": 1.5, "probes": [{"meets": True}]})
+    cache.put("a" * 64, {"rate_rps": 9.9})
+    # then the first stays, one row, and held() names only what is stored
+    assert cache.get("a" * 64) == {"rate_rps": 1.5, "probes": [{"meets": True}]}
+    assert SimulationCache.objects.count() == 1
+    assert cache.held(["a" * 64, "b" * 64]) == {"a" * 64}
+    assert cache.get("b" * 64) is None
+
+
+def test_derivations_are_stored_with_lz4_where_postgresql_has_it():
+    from django.db import DatabaseError, connection
+
+    if connection.vendor != "postgresql" or connection.pg_version < 140000:
+        pytest.skip("a PostgreSQL 14+ storage setting")
+    try:  # a server built without lz4 keeps pglz (the migration's fallback)
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("create temp table lz4_probe (d jsonb compression lz4)")
+    except DatabaseError:
+        pytest.skip("this PostgreSQL has no lz4")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "select attcompression from pg_attribute "
+            "where attrelid = 'planner_candidateresult'::regclass and attname = 'derivation'"
+        )
+        [(method,)] = cursor.fetchall()
+    assert method == "l"  # lz4 ('' would be the server's default, pglz)
