@@ -20,7 +20,7 @@ from celery import chord, shared_task
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 from django.db.models import F
-from django.db.models.functions import Greatest
+from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
 from planner import broker, pipeline, runner
@@ -174,9 +174,7 @@ def _resize_round(run: SizingRun, keys: list[str]) -> None:
     if not rows:
         return
     index = {c["key"]: i for i, c in enumerate(run.inputs["candidates"])}
-    current = [
-        {f.name: getattr(r, f.name) for f in CandidateResult._meta.concrete_fields} for r in rows
-    ]
+    current = [_row_dict(r) for r in rows]
     items = [(index[r.candidate_key], values) for r, values in zip(rows, current, strict=True)]
     resized = pipeline.simulate_round(run.inputs, items, DatabaseCache())
     with transaction.atomic():
@@ -239,7 +237,7 @@ def simulate_candidate(run_id: int, candidate_key: str) -> int:
     if row is None or row.latency_source == "simulated" or row.derivation.get("simulation_error"):
         return 0
     index = next(i for i, c in enumerate(run.inputs["candidates"]) if c["key"] == candidate_key)
-    current = {f.name: getattr(row, f.name) for f in CandidateResult._meta.concrete_fields}
+    current = _row_dict(row)
     try:
         pipeline.search(run.inputs, index, current, DatabaseCache())
     except TRANSIENT_DB_ERRORS:
@@ -247,15 +245,20 @@ def simulate_candidate(run_id: int, candidate_key: str) -> int:
     except Exception as exc:  # noqa: BLE001 - a simulator bug must not fail the run
         _save_values(row, current, pipeline.with_reason(current, exc))
     SizingRun.objects.filter(pk=run_id).update(
-        progress=Greatest(F("progress") + 1, BATCHES_PROGRESS), heartbeat_at=timezone.now()
+        progress=Least(Greatest(F("progress") + 1, BATCHES_PROGRESS), TAILS_PROGRESS),
+        heartbeat_at=timezone.now(),
     )
-    SizingRun.objects.filter(pk=run_id, progress__gt=TAILS_PROGRESS).update(progress=TAILS_PROGRESS)
     return 1
 
 
-RESULT_COLUMNS = {
-    f.name for f in CandidateResult._meta.concrete_fields if f.name not in {"id", "run"}
-}
+def _row_dict(row: CandidateResult) -> dict:
+    """A result row's columns as the pipeline reads them; not its run (``row.run`` would load
+    the run and its inputs again: a sweep's 300 KB of JSON per simulated candidate)."""
+    return {f.name: getattr(row, f.name) for f in RESULT_FIELDS}
+
+
+RESULT_FIELDS = [f for f in CandidateResult._meta.concrete_fields if not f.is_relation]
+RESULT_COLUMNS = {f.name for f in RESULT_FIELDS if f.name != "id"}
 FINISH_FIELDS = [
     "rank",
     "recommended",

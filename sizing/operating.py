@@ -404,41 +404,52 @@ def max_throughput_batch(
     A coarse scan (``MAX_THROUGHPUT_FRACTIONS``); rows whose best is an inner point are
     refined between its scan neighbours (the rate is unimodal in B: more sequences share
     each weight read until prefill stalls and KV reads dominate)."""
-    waves = np.broadcast_to(np.asarray(waves, dtype=bool), (len(c),))
-    coherence = np.broadcast_to(np.asarray(coherence, dtype=np.float64), (len(c),))
+    n = len(c)
+    waves = np.broadcast_to(np.asarray(waves, dtype=bool), (n,))
+    coherence = np.broadcast_to(np.asarray(coherence, dtype=np.float64), (n,))
+    isl = np.broadcast_to(np.asarray(isl, dtype=np.float64), (n,))
+    osl = np.broadcast_to(np.asarray(osl, dtype=np.float64), (n,))
     top = np.maximum(b_max, 1.0)
-    batches = [np.maximum(np.floor(top * f), 1.0) for f in MAX_THROUGHPUT_FRACTIONS]
-
-    def rate(b: np.ndarray) -> np.ndarray:
-        return _operating_point(
-            c, fit, isl, osl, b, b_max, waves=waves, coherence=coherence
-        ).requests_per_s
-
-    rates = [rate(b) for b in batches]
-    k = np.argmax(np.stack(rates), axis=0)  # first (largest batch) wins ties
-    best_b = np.choose(k, batches)
+    fractions = np.asarray(MAX_THROUGHPUT_FRACTIONS)
+    batches = np.maximum(np.floor(top[None, :] * fractions[:, None]), 1.0)  # (scan, row)
+    # every scan point of every row in one call (the point's rate is its row's alone: a
+    # call's cost is mostly per numpy operation, so the scan costs one call, not five)
+    rates = _rates_at(c, fit, isl, osl, b_max, waves, coherence, np.arange(n), batches)
+    k = np.argmax(rates, axis=0)  # first (largest batch) wins ties
+    best_b = batches[k, np.arange(n)]
     inner = np.flatnonzero(k > 0)
     if len(inner) == 0:
         return best_b
-    fractions = np.asarray(MAX_THROUGHPUT_FRACTIONS)
     sub = c.take(inner)
     sub_fit = _take_fit(fit, inner)
-    args = (sub, sub_fit, isl[inner], osl[inner])
-    b, x = best_b[inner], np.choose(k, rates)[inner]
+    rows = np.arange(len(inner))
+    b, x = best_b[inner], rates[k[inner], inner]
     t = top[inner]
     lo = np.maximum(t * fractions[np.minimum(k[inner] + 1, len(fractions) - 1)], 1.0)
     hi = t * fractions[k[inner] - 1]
+    args = (sub, sub_fit, isl[inner], osl[inner], b_max[inner], waves[inner], coherence[inner])
     for _ in range(MAX_THROUGHPUT_REFINE):
-        for probe in (np.floor(np.sqrt(lo * b)), np.floor(np.sqrt(hi * b))):
-            probe = np.clip(probe, 1.0, t)
-            xp = _operating_point(
-                *args, probe, b_max[inner], waves=waves[inner], coherence=coherence[inner]
-            ).requests_per_s
-            better = xp > x * (1.0 + 1e-9)
-            b, x = np.where(better, probe, b), np.where(better, xp, x)
+        # both probes of an iteration (placed from the same b) in one call; the lower one is
+        # judged first
+        probes = np.clip(np.floor(np.sqrt(np.stack([lo, hi]) * b)), 1.0, t)
+        xp = _rates_at(*args, rows, probes)
+        for j in range(2):
+            better = xp[j] > x * (1.0 + 1e-9)
+            b, x = np.where(better, probes[j], b), np.where(better, xp[j], x)
         lo, hi = np.sqrt(lo * b), np.sqrt(hi * b)
     best_b[inner] = b
     return best_b
+
+
+def _rates_at(c, fit, isl, osl, b_max, waves, coherence, rows, batches) -> np.ndarray:
+    """Requests/s of ``rows`` at each row of ``batches`` (points x rows), in one call."""
+    points = batches.shape[0]
+    every = np.tile(rows, points)
+    op = _operating_point(
+        c.take(every), _take_fit(fit, every), isl[every], osl[every], batches.reshape(-1),
+        b_max[every], waves=waves[every], coherence=coherence[every],
+    )  # fmt: skip
+    return op.requests_per_s.reshape(points, len(rows))
 
 
 def prefill_group_tokens(
