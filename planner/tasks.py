@@ -177,17 +177,26 @@ def _resize_round(run: SizingRun, keys: list[str]) -> None:
     current = [_row_dict(r) for r in rows]
     items = [(index[r.candidate_key], values) for r, values in zip(rows, current, strict=True)]
     resized = pipeline.simulate_round(run.inputs, items, DatabaseCache())
-    with transaction.atomic():
-        for row, before, values in zip(rows, current, resized, strict=True):
-            _save_values(row, before, values)
+    groups: dict[tuple[str, ...], list[CandidateResult]] = {}
+    for row, before, values in zip(rows, current, resized, strict=True):
+        groups.setdefault(_set_values(row, before, values), []).append(row)
+    with transaction.atomic():  # one UPDATE per set of changed columns, sent as one batch
+        for fields, objs in groups.items():
+            update_rows(CandidateResult, objs, fields)
+
+
+def _set_values(row: CandidateResult, before: dict, values: dict) -> tuple[str, ...]:
+    """Set on ``row`` the result columns ``values`` changes; their names (the derivation at
+    least, which carries the simulation)."""
+    fields = tuple(k for k in values if k in RESULT_COLUMNS and values[k] != before.get(k))
+    for field in fields:
+        setattr(row, field, values[field])
+    return fields or ("derivation",)
 
 
 def _save_values(row: CandidateResult, before: dict, values: dict) -> None:
-    """Write the result columns ``values`` changes on ``row`` (its derivation at least)."""
-    fields = [k for k in values if k in RESULT_COLUMNS and values[k] != before.get(k)]
-    for field in fields:
-        setattr(row, field, values[field])
-    row.save(update_fields=fields or ["derivation"])
+    """Write the result columns ``values`` changes on ``row``."""
+    row.save(update_fields=list(_set_values(row, before, values)))
 
 
 def _tails_on(run: SizingRun) -> bool:
