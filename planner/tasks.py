@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections import OrderedDict
 from datetime import timedelta
+from types import SimpleNamespace
 
 import kombu.exceptions
 import redis.exceptions
@@ -215,14 +217,13 @@ SELECTION_FIELDS = (
 )
 
 
-def _selection_rows(run: SizingRun) -> list[dict]:
-    """What the round selection reads, without loading every derivation."""
-    rows = run.results.values(
-        *SELECTION_FIELDS, "derivation__bound", "derivation__simulation_error"
-    )
+def _selection_rows(run: SizingRun, fields=SELECTION_FIELDS) -> list[dict]:
+    """What the round selection reads (``fields``, and the two derivation entries it needs),
+    without loading every derivation."""
+    rows = run.results.values(*fields, "derivation__bound", "derivation__simulation_error")
     return [
         {
-            **{f: r[f] for f in SELECTION_FIELDS},
+            **{f: r[f] for f in fields},
             "derivation": {
                 "bound": r["derivation__bound"],
                 "simulation_error": r["derivation__simulation_error"],
@@ -239,16 +240,17 @@ def simulate_candidate(run_id: int, candidate_key: str) -> int:
     analytic row with the reason (it stays unsimulated). Idempotent: a row already simulated,
     or whose simulation failed, is left alone, and a cached search is not run again. Returns
     1 when it searched."""
-    run = SizingRun.objects.filter(pk=run_id).only("status", "inputs").first()
+    run = SizingRun.objects.filter(pk=run_id).only("status", "created_at").first()
     if run is None or run.is_finished:
         return 0
+    inputs = _run_inputs(run)
     row = CandidateResult.objects.filter(run_id=run_id, candidate_key=candidate_key).first()
     if row is None or row.latency_source == "simulated" or row.derivation.get("simulation_error"):
         return 0
-    index = next(i for i, c in enumerate(run.inputs["candidates"]) if c["key"] == candidate_key)
+    index = next(i for i, c in enumerate(inputs["candidates"]) if c["key"] == candidate_key)
     current = _row_dict(row)
     try:
-        pipeline.search(run.inputs, index, current, DatabaseCache())
+        pipeline.search(inputs, index, current, DatabaseCache())
     except TRANSIENT_DB_ERRORS:
         raise  # retried (TASK_OPTIONS): the search is cached or runs again
     except Exception as exc:  # noqa: BLE001 - a simulator bug must not fail the run
@@ -258,6 +260,25 @@ def simulate_candidate(run_id: int, candidate_key: str) -> int:
         heartbeat_at=timezone.now(),
     )
     return 1
+
+
+#: The inputs of the last runs this worker process served, by (run, creation time): a run's
+#: inputs never change once saved, and each of a sweep's ~190 simulation tasks read its
+#: ~300 KB of JSON again otherwise. Callers must not change them.
+_INPUTS: OrderedDict[tuple[int, object], dict] = OrderedDict()
+INPUTS_KEPT = 4
+
+
+def _run_inputs(run: SizingRun) -> dict:
+    key = (run.pk, run.created_at)
+    if key in _INPUTS:
+        _INPUTS.move_to_end(key)
+        return _INPUTS[key]
+    inputs = SizingRun.objects.filter(pk=run.pk).values_list("inputs", flat=True).get()
+    _INPUTS[key] = inputs
+    while len(_INPUTS) > INPUTS_KEPT:
+        _INPUTS.popitem(last=False)
+    return inputs
 
 
 def _row_dict(row: CandidateResult) -> dict:
@@ -310,14 +331,12 @@ def _missing_batches(run: SizingRun) -> set[int]:
 
 def rank_and_summarize(run: SizingRun) -> dict:
     fields = [f for f in RESULT_COLUMNS if f != "derivation"]
-    objects = {r.candidate_key: r for r in run.results.defer("derivation")}
-    rows = _selection_rows(run)
-    extra = run.results.values(*fields)
+    rows = _selection_rows(run, ("id", *fields))  # every column once, no derivation
+    # each row's primary key and what finish may change, as saved
+    saved = {r["candidate_key"]: (r.pop("id"), {f: r[f] for f in FINISH_FIELDS}) for r in rows}
     by_key = {r["candidate_key"]: r for r in rows}
-    for values in extra:
-        by_key[values["candidate_key"]].update({k: v for k, v in values.items()})
     ranked, best = pipeline.finish(rows, _tails_on(run))
-    _save_changes(objects, ranked)
+    _save_changes(saved, ranked)
     # the summary reads derivations (band, break-even) of each GPU's and each grid cell's answer
     shown = {*best.values(), *pipeline.pick_cells(ranked, _tails_on(run)).values()}
     for obj in run.results.filter(candidate_key__in=shown).only("candidate_key", "derivation"):
@@ -325,18 +344,19 @@ def rank_and_summarize(run: SizingRun) -> dict:
     return pipeline.summarize(run.inputs, ranked, best, _tails_on(run))
 
 
-def _save_changes(objects: dict[str, CandidateResult], ranked: list[dict]) -> None:
+def _save_changes(saved: dict[str, tuple[int, dict]], ranked: list[dict]) -> None:
     """Write what ``finish`` changed, one bulk update per set of changed fields: every row's
     rank changes, only a few rows change anything else, and a CASE per field per row over all
-    of FINISH_FIELDS made this the slowest step of a run."""
-    groups: dict[tuple[str, ...], list[CandidateResult]] = {}
+    of FINISH_FIELDS made this the slowest step of a run. ``saved``: each row's primary key
+    and its FINISH_FIELDS as read."""
+    groups: dict[tuple[str, ...], list[SimpleNamespace]] = {}
     for row in ranked:
-        obj = objects[row["candidate_key"]]
-        changed = tuple(f for f in FINISH_FIELDS if getattr(obj, f) != row[f])
-        for field in changed:
-            setattr(obj, field, row[field])
+        pk, before = saved[row["candidate_key"]]
+        changed = tuple(f for f in FINISH_FIELDS if before[f] != row[f])
         if changed:
-            groups.setdefault(changed, []).append(obj)
+            groups.setdefault(changed, []).append(
+                SimpleNamespace(pk=pk, **{f: row[f] for f in changed})
+            )
     for fields, objs in groups.items():
         update_rows(CandidateResult, objs, fields)
 

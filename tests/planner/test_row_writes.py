@@ -91,3 +91,26 @@ def test_derivations_are_stored_with_lz4_where_postgresql_has_it():
         )
         [(method,)] = cursor.fetchall()
     assert method == "l"  # lz4 ('' would be the server's default, pglz)
+
+
+def test_a_worker_reads_a_runs_inputs_once_and_never_anothers(catalog, django_assert_num_queries):
+    from planner import tasks
+    from planner.models import SizingRun
+
+    # given two runs, and a worker that has read the first's inputs
+    first = sizing_run_start(scenario=make_scenario(models=["llama-3.1-8b"], gpus=["H100"]))
+    second = sizing_run_start(scenario=make_scenario(models=["Qwen3-32B"], gpus=["H100"]))
+    tasks._INPUTS.clear()
+    heads = {r.pk: r for r in SizingRun.objects.only("status", "created_at")}
+    inputs = tasks._run_inputs(heads[first.pk])
+    assert inputs == first.inputs
+    # when it reads them again, then no query is made, and the other run's are its own
+    with django_assert_num_queries(0):
+        assert tasks._run_inputs(heads[first.pk]) is inputs
+    assert tasks._run_inputs(heads[second.pk]) == second.inputs != inputs
+    # and a run under the first's id with another creation time (a reset database reusing
+    # the id) is read anew
+    stale = heads[first.pk]
+    stale.created_at = second.created_at
+    with django_assert_num_queries(1):
+        tasks._run_inputs(stale)
