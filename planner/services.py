@@ -24,7 +24,14 @@ from fleets.models import GpuSku, ModelArchitecture
 from planner import lifecycle
 from planner import prices as scenario_prices
 from planner import snapshot as snap
-from planner.models import PRECISIONS, Scenario, ShareLink, SizingRun, hash_share_token
+from planner.models import (
+    PRECISIONS,
+    Scenario,
+    ShareLink,
+    SizingRun,
+    batch_count_for,
+    hash_share_token,
+)
 from planner.selectors import (
     catalog_index,
     gpu_spec,
@@ -872,8 +879,7 @@ def _save_run(scenario: Scenario, inputs: dict, sheet: PriceSheet | None) -> Siz
                 ]
             }
         )
-    size = settings.SIZING_BATCH_SIZE
-    batches = (count + size - 1) // size
+    batches = batch_count_for(count)
     run = SizingRun.objects.create(
         scenario=scenario,
         inputs=inputs,

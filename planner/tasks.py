@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from planner import broker, pipeline, runner
 from planner.cache import DatabaseCache
-from planner.models import CandidateResult, SizingRun, update_rows, upsert_rows
+from planner.models import CandidateResult, SizingRun, batch_indices, update_rows, upsert_rows
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +87,16 @@ def start_run(run_id: int) -> None:
 @shared_task(ignore_result=False, **TASK_OPTIONS)
 def size_batch(run_id: int, batch_index: int) -> int:
     """Size one batch of candidates and upsert their rows; returns the number saved."""
-    run = SizingRun.objects.filter(pk=run_id).only("status", "batches_done", "inputs").first()
+    run = (
+        SizingRun.objects.filter(pk=run_id)
+        .only("status", "batches_done", "batch_count", "inputs")
+        .first()
+    )
     if run is None or run.status == SizingRun.Status.FAILED:
         return 0
     if batch_index in run.batches_done:
         return 0  # re-delivered after it was saved: nothing to do
-    start = batch_index * settings.SIZING_BATCH_SIZE
-    indices = range(start, min(start + settings.SIZING_BATCH_SIZE, len(run.inputs["candidates"])))
+    indices = batch_indices(len(run.inputs["candidates"]), run.batch_count, batch_index)
     if settings.SIZING_BATCH_DELAY_S:
         time.sleep(settings.SIZING_BATCH_DELAY_S)
     try:
