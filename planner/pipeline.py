@@ -164,24 +164,33 @@ def with_reason(row: dict, exc: Exception) -> dict:
     return {**row, "derivation": derivation}
 
 
-def simulate_round(inputs: dict, items: list[tuple[int, dict]], cache=None) -> list[dict]:
+def simulate_round(
+    inputs: dict, items: list[tuple[int, dict]], cache=None, passing: tuple = ()
+) -> list[dict]:
     """A round's rows, ``(candidate index, analytic row)`` each, on simulated tails: each
     searched (``search``; an error leaves that row analytic with its reason), then all
     re-sized in one call (should that fail, row by row, so one bad row takes no other down).
-    The values are each row's own: the same as a round of one row each."""
+    The values are each row's own: the same as a round of one row each. Exceptions of the
+    ``passing`` types propagate instead (a task's transient database errors: it retries)."""
     out: dict[int, dict] = {}
     searched = []
     for i, row in items:
         try:
             searched.append((i, row, search(inputs, i, row, cache)))
+        except passing:
+            raise
         except Exception as exc:  # noqa: BLE001 - a simulator bug must not fail the run
             out[i] = with_reason(row, exc)
     try:
         out.update((item[0], v) for item, v in zip(searched, resize(inputs, searched), strict=True))
+    except passing:
+        raise
     except Exception:  # noqa: BLE001 - find the row that fails, keep the others
         for i, row, found in searched:
             try:
                 out[i] = resize(inputs, [(i, row, found)])[0]
+            except passing:
+                raise
             except Exception as exc:  # noqa: BLE001
                 out[i] = with_reason(row, exc)
     return [out[i] for i, _ in items]

@@ -181,7 +181,7 @@ def _resize_round(run: SizingRun, keys: list[str]) -> None:
     index = {c["key"]: i for i, c in enumerate(run.inputs["candidates"])}
     current = [_row_dict(r) for r in rows]
     items = [(index[r.candidate_key], values) for r, values in zip(rows, current, strict=True)]
-    resized = pipeline.simulate_round(run.inputs, items, DatabaseCache())
+    resized = pipeline.simulate_round(run.inputs, items, DatabaseCache(), TRANSIENT_DB_ERRORS)
     groups: dict[tuple[str, ...], list[CandidateResult]] = {}
     for row, before, values in zip(rows, current, resized, strict=True):
         groups.setdefault(_set_values(row, before, values), []).append(row)

@@ -264,3 +264,27 @@ def test_a_round_keeps_going_past_a_row_whose_re_sizing_fails(catalog, monkeypat
     assert out[0]["latency_source"] == "simulated"
     assert out[1]["latency_source"] == "analytic"
     assert "chain exploded" in out[1]["derivation"]["simulation_error"]
+
+
+def test_a_transient_database_error_in_a_round_propagates_for_a_retry(catalog, monkeypatch):
+    # given a round whose cache read fails with a transient database error
+    from django.db import OperationalError
+
+    run = sizing_run_start(scenario=make_scenario(**SMALL))
+    inputs = run.inputs
+    rows = runner.size_candidates(inputs, range(len(inputs["candidates"])))
+    picked = [i for i, r in enumerate(rows) if pipeline.can_be_simulated(r)][:2]
+
+    class Flaky(_DictCache):
+        def get(self, key):
+            raise OperationalError("server closed the connection unexpectedly")
+
+    # when the round runs as a task does (transient errors passing), then the error reaches
+    # the task (Celery retries it) instead of failing the rows for good
+    with pytest.raises(OperationalError):
+        pipeline.simulate_round(
+            inputs, [(i, rows[i]) for i in picked], Flaky(), tasks.TRANSIENT_DB_ERRORS
+        )
+    # and in process, with nothing passing, each row keeps its reason and the run goes on
+    out = pipeline.simulate_round(inputs, [(i, rows[i]) for i in picked], Flaky())
+    assert all("OperationalError" in v["derivation"]["simulation_error"] for v in out)
