@@ -158,21 +158,8 @@ def size_candidates(inputs: dict, indices) -> list[dict]:
     candidates go through ``sizing.disagg_plan`` (the same headroom, cost and break-even)."""
     indices = list(indices)
     candidates = snap.candidates(inputs, indices)
-    traffic, slo, policy = snap.traffic(inputs), snap.slo(inputs), snap.policy(inputs)
-    by_label: dict[str, PlanRow] = {}
-    split = [snap.is_disagg(inputs["candidates"][i]) for i in indices]
-    agg = [(i, c) for i, c, d in zip(indices, candidates, split, strict=True) if not d]
-    if agg:
-        # one chain call for every model (each row with its model's API price for the
-        # break-even): a row's numbers are its own whatever it is sized beside, and the
-        # vectorized stages cost per call more than per row
-        prices = [snap.api_price(inputs, inputs["candidates"][i]["model"]) for i, _ in agg]
-        result: Plan = plan(traffic, slo, policy, [c for _, c in agg], prices)
-        by_label.update((row.label, row) for row in result.rows)
-    disagg = [c for c, d in zip(candidates, split, strict=True) if d]
-    if disagg:  # likewise one call for every model
-        by_label.update((row.label, row) for row in disagg_rows(inputs, disagg))
-    rows = [by_label[candidate.label] for candidate in candidates]
+    traffic, policy = snap.traffic(inputs), snap.policy(inputs)
+    rows = chain_rows(inputs, indices, candidates)
     bounds = optimistic_bounds(rows, [k.gpu.usd_per_gpu_hour for k in candidates], traffic, policy)
     out = []
     for i, row, bound in zip(indices, rows, bounds, strict=True):
@@ -180,6 +167,33 @@ def size_candidates(inputs: dict, indices) -> list[dict]:
         values["derivation"]["bound"] = bound
         out.append(values)
     return out
+
+
+def chain_rows(inputs: dict, indices: list[int], cores: list, tail=None) -> list[PlanRow]:
+    """``cores`` (the core candidates of ``inputs["candidates"][indices]``) through the chain,
+    in their order: the aggregated ones in one ``plan`` call, the disaggregated in one
+    ``sizing.disagg_plan`` call, each row with its own model's API price for the break-even
+    (a row's numbers are its own whatever it is sized beside, and a vectorized call costs per
+    numpy operation more than per row). ``tail``: per candidate, what the simulations found
+    (a ``Capacity`` for an aggregated row, ``PoolsGiven`` for a disaggregated one), else the
+    analytic sizing."""
+    tail = list(tail) if tail is not None else [None] * len(cores)
+    split = [snap.is_disagg(inputs["candidates"][i]) for i in indices]
+    by_label: dict[str, PlanRow] = {}
+    agg = [k for k, disagg in enumerate(split) if not disagg]
+    if agg:
+        prices = [snap.api_price(inputs, inputs["candidates"][indices[k]]["model"]) for k in agg]
+        result: Plan = plan(
+            snap.traffic(inputs), snap.slo(inputs), snap.policy(inputs),
+            [cores[k] for k in agg], prices, capacity=[tail[k] for k in agg],
+        )  # fmt: skip
+        by_label.update((row.label, row) for row in result.rows)
+    disagg = [k for k, is_disagg in enumerate(split) if is_disagg]
+    if disagg:
+        group = [cores[k] for k in disagg]
+        rows = disagg_rows(inputs, group, given=[tail[k] for k in disagg])
+        by_label.update((row.label, row) for row in rows)
+    return [by_label[core.label] for core in cores]
 
 
 def disagg_rows(inputs: dict, group: list, given=None) -> list[PlanRow]:

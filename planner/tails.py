@@ -27,14 +27,7 @@ from planner import runner
 from planner import snapshot as snap
 from sizing import headroom, vision
 from sizing.candidates import expert_precision_of
-from sizing.chain import (
-    Capacity,
-    PlanRow,
-    analytic_choices,
-    candidate_arrays,
-    percentile_key,
-    plan,
-)
+from sizing.chain import Capacity, analytic_choices, candidate_arrays, percentile_key
 from sizing.derivation import q, step
 from sizing.simulate import LengthDist, lengths_from_mean_p95, meets_slo
 from sizing.tail_search import (
@@ -182,33 +175,18 @@ def _pct_ms(result, name: str, percentile: float) -> float | None:
 
 def simulated_rows(inputs: dict, searches: list[tuple[int, dict]]) -> list[dict]:
     """Result rows from simulated capacities, one per ``(candidate index, search)``: the chain
-    from the headroom stage on, with the simulation's steps in each derivation. The
-    aggregated rows go through one chain call and the disaggregated through one
-    ``runner.disagg_rows`` call: a row's numbers depend on its own inputs only, and a call's
-    cost is mostly per numpy operation, not per row."""
-    rows: dict[int, PlanRow] = {}
-    agg = [(i, found) for i, found in searches if found.get("mode") != "disagg"]
-    if agg:
-        cores = [simulated_candidate(inputs, i, found.get("speculative", "")) for i, found in agg]
-        result = plan(
-            snap.traffic(inputs),
-            snap.slo(inputs),
-            snap.policy(inputs),
-            cores,
-            [snap.api_price(inputs, inputs["candidates"][i]["model"]) for i, _ in agg],
-            capacity=[_capacity(inputs, found) for _, found in agg],
-        )
-        by_label = {row.label: row for row in result.rows}
-        rows.update((i, by_label[core.label]) for (i, _), core in zip(agg, cores, strict=True))
-    disagg = [(i, found) for i, found in searches if found.get("mode") == "disagg"]
-    if disagg:
-        cores = [c for i, _ in disagg for c in snap.candidates(inputs, [i])]
-        given = [_pools_given(inputs, found) for _, found in disagg]
-        by_label = {row.label: row for row in runner.disagg_rows(inputs, cores, given=given)}
-        rows.update((i, by_label[core.label]) for (i, _), core in zip(disagg, cores, strict=True))
+    from the headroom stage on (``runner.chain_rows``: one call for the aggregated rows, one
+    for the disaggregated), with the simulation's steps in each derivation."""
+    indices = [i for i, _ in searches]
+    cores = [simulated_candidate(inputs, i, found.get("speculative", "")) for i, found in searches]
+    tail = [
+        _pools_given(inputs, found) if found.get("mode") == "disagg" else _capacity(inputs, found)
+        for _, found in searches
+    ]
+    rows = runner.chain_rows(inputs, indices, cores, tail)
     out = []
-    for i, found in searches:
-        values = runner.row_values(rows[i], inputs, i)
+    for (i, found), row in zip(searches, rows, strict=True):
+        values = runner.row_values(row, inputs, i)
         stored = ("key", "given") if found.get("mode") == "disagg" else ("key",)
         values["derivation"]["simulated"] = runner.clean_json(
             {k: v for k, v in found.items() if k not in stored}
@@ -348,7 +326,7 @@ def disagg_search(inputs: dict, candidate_index: int, row: dict, key: str) -> di
 
 
 def _pools_given(inputs: dict, found: dict):
-    """A disaggregated search's pools, as ``runner.disagg_rows`` takes them (the steps
+    """A disaggregated search's pools, as ``runner.chain_rows`` takes them (the steps
     rebuilt from the probes)."""
     from sizing.disagg_plan import PoolProbe, PoolsGiven, peak_rate_rps, probe_steps
 
