@@ -351,9 +351,9 @@ def load_candidates(points: list[dict]) -> None:
 #: The grid the TPOT terms are searched on (tpot_spread a, tpot_mix d, tpot_busy e); the TTFT
 #: terms stay at the physics' 1 (fitted freely they ended at 0.997 and 1.004).
 FIT_GRID = {
-    "tpot_spread": (0.65, 0.8, 0.95, 1.1),
-    "tpot_mix": (0.5, 0.7, 0.85, 1.0),
-    "tpot_busy": (1.25, 1.5, 1.75, 2.0),
+    "tpot_spread": (1.1, 1.25, 1.4, 1.6),
+    "tpot_mix": (0.75, 1.0, 1.5),
+    "tpot_busy": (1.5, 2.0, 2.5),
 }
 
 
@@ -490,27 +490,27 @@ def _held_out_line() -> str:
     )
 
 
-#: What the table shows where the two disagree (read off the table when 33 of 224 points
-#: disagreed, on the calibration profiles before the drawn-length refit; the groups and
-#: their shapes held when 36 did after it, the point counts and ranges are that table's).
+#: What the table shows where the two disagree (read off the 48,000-request table with the
+#: busy-period TPOT term, 24 of 224 points disagreeing).
 DISAGREEMENT = [
-    "The groups below were read off the table of the calibration profiles before the "
-    "drawn-length refit (33 points disagreed then; the table below is current): (1) "
-    "32k-token prompts under a p99 TPOT of 100 ms (6 points): the analytic rate is 10-46 % "
-    "low; the busy-period widening "
-    "(`tpot_busy`) that the 4k-prompt points need overshoots when each prompt is four "
-    "full-budget chunks. (2) A 20 ms TPOT, and one MoE point at p99 (7 points): 6 are 17-112 "
-    "% high (MoE Qwen3-30B-A3B and Mixtral, Llama 8B on L40S), one 16 % low; these replicas "
-    "run a handful of sequences, where the batch's Poisson fluctuation `N + a z sqrt(N)` is a"
-    " poor quantile and an MoE step's cost is not linear in the batch. (3) Goodput targets "
-    "(95-99 %) with lognormal or 32k prompts (17 points), -56 % to +112 %: the goodput "
-    "quantile is the request that misses either SLO, which the model takes as the worse of "
-    "two marginal quantiles (an exact union of the two, tried on a 70-point sample, moved no "
-    "point). (4) A 30 s TTFT near the saturation ceiling (3 points: Qwen3 8B and 30B-A3B on "
-    "H200, Llama 8B on L40S, 4k prompts): the 12,000-request run lets the queue grow past 30 "
-    "s at a rate where the analytic model, which stops at the ceiling, does not; the sizing "
-    "run's own search now fails a probe whose queue grows through the run (`OVERLOAD_GROWTH`)"
-    " and lands within 5 % of the long run there.",
+    "Read off the table below: (1) a KV preemption cliff (5 points: 32k prompts at 95 % "
+    "goodput of 30 s / 250 ms where the KV holds 9-30 such sequences: Qwen3 32B, Llama 8B on "
+    "H100 and L40S, Qwen3 8B and 30B-A3B on H200): the analytic rate is 15-79 % high (Qwen3 "
+    "32B 147 %). Above a rate the simulator flips into a state where the KV is full, the "
+    "newest sequence is preempted at every block boundary, its recomputed prompt keeps every "
+    "step mixed, and the queue never drains (Llama 8B on H100: 416 preemptions at 0.975 "
+    "req/s, 7,752 at 1.1, the running count pinned at the KV's 30); the analytic model has "
+    "no preemption, and a cap at the rate where the KV holds the sequences in flight with "
+    "every step mixed did not separate the points. (2) 99 % goodput at a 2 s TTFT with 32k "
+    "prompts (4 points, -72 % to +16 %, one analytic rate 0): the own prefill is 1.8-2 s of "
+    "the 2 s, so the rate is set by the 1 % of requests that queue behind another prompt, "
+    "where the M/G/1 exponential wait tail is a poor light-load shape. (3) A 20 ms TPOT "
+    "within a few percent of the pure decode step (5 points: Llama 70B and Qwen3 32B on H100,"
+    " Llama 8B on L40S, Llama 70B on B200, gpt-oss-120b with 32k prompts): a 2-3 % TPOT "
+    "difference moves the rate 20-50 %; one has no simulated rate at all. (4) p99 TPOT of "
+    "100 ms (7 points, -17 % to +28 %: Llama 405B on B200 at three prompt lengths, Llama 70B "
+    "and Qwen3 32B on H100, Mixtral with 32k prompts) and two 95 % goodput points (Llama 405B"
+    " +11 %, Llama 70B on H100 with 32k prompts -22 %).",
 ]
 
 

@@ -1379,7 +1379,8 @@ def _analytic_steps(model, traffic, slo, policy, i, sizing, row, op) -> list[Ste
         step(
             "analytic_max_rate_rps",
             f"largest Poisson rate with {pct} and goodput-quantile TTFT and TPOT within the "
-            "SLO (sizing/tail_model.py: TPOT at N + a z sqrt(N) in flight, TTFT = front end + "
+            "SLO (sizing/tail_model.py: TPOT at N + a z sqrt(N) in flight plus the mixed steps of "
+            "the prefill queue's busy periods, TTFT = front end + "
             "own prefill + M/G/1 prefill-queue wait, the queue drained at full steps)",
             [
                 q("ttft_slo", slo.ttft_ms, "ms"),

@@ -15,17 +15,24 @@ Per DP rank at rate ``lam`` (requests/s), prompts of mean ``isl``, outputs of me
   The mean TPOT at N sequences comes from ``operating.closed_loop`` (same step times).
 - TPOT at quantile q: the batch a request decodes in fluctuates around N; with Poisson
   arrivals the count in service is close to Poisson(N), so its q-quantile is
-  ``N + a * z_q * sqrt(N)``; ``TPOT_q = TPOT(N + a z_q sqrt(N))`` (``a = tpot_spread``, below 1
-  because a request averages the fluctuation over its output).
-  Plus the spread of the prompt chunks a request decodes through: with a share ``f`` of
-  mixed steps arriving in bursts of ``n_chunks`` per prompt, a request's count over its
-  ``osl`` steps is compound Poisson, so
-  ``TPOT_q += d * z_q * (t_mixed - t_pure) * sqrt(f n_chunks (1 + cs^2) / osl)``
-  (``d = tpot_mix``, at most one mixed step's extra), widened near the prefill queue's
-  saturation by ``1 / (1 - rho)^e`` (``e = tpot_busy``: busy periods outlast the decode).
-  With variable outputs a request of ``o`` tokens averages over ``o - 1`` gaps, so the
-  quantile over requests is solved on the mixture over the output-length distribution
-  (short outputs make the tail).
+  ``N + a * z_q * sqrt(N)`` and the decode steps are taken there (``a = tpot_spread``).
+  On top, the share of the request's decode steps that carry another prompt's chunk
+  (each costs ``t_mixed - t_pure`` more): prompts that reach the engine while the request
+  waits and prefills are queued behind it and prefilled during its decode, and so are those
+  arriving during its pure decode steps; each such arrival starts a busy period of the
+  prefill queue (rho its load) that prefills ``1 / (1 - rho)`` prompts on average with
+  ``E[C^2] = 1 / (1 - rho)^3`` (M/D/1's busy period), ``n_chunks`` mixed steps each. The count
+  of mixed steps a request meets is that compound Poisson sum, taken as a Poisson count of
+  clusters of ``d n_chunks (1 + cs^2) / (1 - rho)^e`` steps with the same mean (variance
+  matched at ``d = tpot_mix = 1``, ``e = tpot_busy = 2``, the physics' values, which the fit
+  keeps). Its q-quantile over requests is solved on the mixture over the output-length
+  distribution (a request of ``o`` tokens shares the steps over ``o - 1`` gaps; short
+  outputs make the tail), and the window before the first token is the q-quantile TTFT (a
+  long wait is a busy period). A request that meets no cluster sees the unmixed step:
+  where fewer than ``1 - q`` of requests meet one, that is the tail. Llama 3.1 70B fp8 TP2 on
+  H100, 32k prompts, 0.091 req/s: simulated p99 TPOT 101 ms, this model 90 ms, the Normal
+  spread around the mean mixed share it replaced 124 ms (Llama 3.1 405B on B200 at 0.004
+  req/s: 45, 28 and 95 ms).
 - TTFT at quantile q: the engine's front-end latency, own prefill ``ceil(isl_q / chunk) *
   t_mixed`` for the q-quantile prompt, plus half a step of alignment, plus (an engine that
   polls for requests every k decode steps) the wait for the next poll, uniform over ``k - 1``
@@ -52,7 +59,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtr, ndtri
+from scipy.special import gammainc, ndtri
 
 from sizing.candidates import CandidateArrays
 from sizing.memory import MemoryFit
@@ -62,9 +69,9 @@ from sizing.specs import Slo
 BISECTION_STEPS = 24  # on log N: ~1e-7 of the range, far below a request's worth
 MG1_BISECTION_STEPS = 40  # on the decay rate and the TPOT quantile: ~1e-12 of the range
 TPOT_OUTPUT_NODES = 16  # output-length quantiles the TPOT tail averages over
-MIXTURE_BISECTION_STEPS = 28  # on the TPOT quantile: 4e-9 of one mixed step's extra
-MAX_BUSY_RHO = 0.95  # the busy-period factor stops at 1 / 0.05^e (the cap at one mixed step's
-# extra binds long before it)
+MIXTURE_BISECTION_STEPS = 28  # on the mixed-step share: 4e-9 of a request's decode steps
+MAX_BUSY_RHO = 0.95  # the busy period's factors stop at rho 0.95 (by then every step of a
+# request's decode carries a chunk, the share's cap of 1)
 
 
 @dataclass(frozen=True)
@@ -72,13 +79,14 @@ class TailConstants:
     """The model's fitted terms (dimensionless) and where they come from."""
 
     # fitted by scripts/tail_agreement.py (docs/tail-agreement.md) against the simulator at
-    # 12,000 requests per probe: the three TPOT terms by the most grid points sized within
-    # 10 % or 1 replica; the two TTFT terms are the physics' own (1)
-    tpot_spread: float = 1.1
+    # 48,000 requests per probe, by the most grid points sized within 10 % or 1 replica: the
+    # batch's spread; the busy-period cluster (d) and its exponent (e) were searched too and
+    # the fit keeps the physics' values (1 and 2), as it keeps the two TTFT terms' (1)
+    tpot_spread: float = 1.4
     ttft_wait: float = 1.0
     ttft_base: float = 1.0
-    tpot_mix: float = 0.7
-    tpot_busy: float = 1.75
+    tpot_mix: float = 1.0
+    tpot_busy: float = 2.0
     source: str = "fit to the simulator on the grid of scripts/tail_agreement.py"
 
 
@@ -151,19 +159,28 @@ def mg1_wait_tail(rho: np.ndarray, cs2: float) -> tuple[np.ndarray, np.ndarray]:
     return x, weight
 
 
-def _mixture_quantile(spread, extra, gaps: np.ndarray, q: float) -> np.ndarray:
-    """The t with ``mean_j P(Z > t sqrt(gaps_j) / spread) = 1 - q`` per row (s), capped at
-    ``extra`` (a request with one gap sees at most about one mixed step's extra)."""
-    spread = np.asarray(spread, dtype=np.float64)[:, None]
-    root = np.sqrt(np.maximum(gaps, 1.0))[None, :]
-    decodes = (gaps > 0)[None, :]  # a one-token output has no TPOT (0, as the simulator counts)
-    lo = np.zeros(spread.shape[0])
-    hi = np.asarray(extra, dtype=np.float64).copy()
+def busy_share_quantile(
+    clusters_per_gap, lead_clusters, cluster_steps, gaps: np.ndarray, q: float
+) -> np.ndarray:
+    """The share ``x`` of a request's decode steps that carry other prompts' chunks at
+    quantile ``q`` over requests, per row: ``mean_j P(K_j > x g_j / s) = 1 - q`` with ``K_j``
+    Poisson of mean ``lead + clusters_per_gap * g_j`` (clusters of ``s`` mixed steps;
+    ``g_j`` the decode gaps at the output-length nodes; a one-token output has no TPOT and
+    never misses, as the simulator counts). Continuous in ``x`` (``P(K > k)`` is the
+    regularized lower gamma ``P(k + 1, m)``, equal to the Poisson tail at whole ``k``);
+    capped at 1, every step mixed."""
+    per_gap = np.asarray(clusters_per_gap, dtype=np.float64)[:, None]
+    lead = np.asarray(lead_clusters, dtype=np.float64)[:, None]
+    size = np.maximum(np.asarray(cluster_steps, dtype=np.float64), 1e-12)[:, None]
+    g = np.maximum(gaps, 1.0)[None, :]
+    decodes = (gaps > 0)[None, :]
+    mean = lead + per_gap * g
+    lo = np.zeros(per_gap.shape[0])
+    hi = np.ones(per_gap.shape[0])
     for _ in range(MIXTURE_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            tail = np.mean(decodes * (1.0 - ndtr(mid[:, None] * root / spread)), axis=1)
-        above = np.nan_to_num(tail, nan=0.0) > 1.0 - q
+        tail = np.mean(decodes * gammainc(mid[:, None] * g / size + 1.0, mean), axis=1)
+        above = tail > 1.0 - q
         lo = np.where(above, mid, lo)
         hi = np.where(above, hi, mid)
     return 0.5 * (lo + hi)
@@ -228,7 +245,7 @@ class TailModel:
         lam = n_rank / w  # per rank (Little)
         rho = lam * op.prefill_isl_tokens / mu_tokens  # prefilled tokens: a cache hit skips
         ttft = {q: self._ttft(op, n_rank, q, lam, rho, mu_tokens) for q in quantiles}
-        tpot = {q: self._tpot(n_rank, q, rho) for q in quantiles}
+        tpot = {q: self._tpot(n_rank, q, rho, lam, ttft[q]) for q in quantiles}
         return lam, ttft, tpot, rho
 
     def _ttft(self, op, n_rank, q, lam, rho=None, mu_tokens=None) -> np.ndarray:
@@ -253,36 +270,27 @@ class TailModel:
             wait = np.maximum(np.log(weight / (1.0 - q)), 0.0) * service_s / decay
         return own + self.k.ttft_wait * wait
 
-    def _tpot(self, n_rank: np.ndarray, q: float, rho: np.ndarray) -> np.ndarray:
-        """TPOT at quantile q: the mean at the batch's q-quantile, plus the spread of how
-        many prompt chunks a request decodes through (Poisson in the mixed-step share f over
-        its output's steps, wider for variable prompt lengths).
-
-        A request with ``o`` output tokens averages the mixed steps over ``o - 1`` gaps, so
-        its spread is ``s / sqrt(o - 1)``: with variable outputs the short ones make the tail.
-        The q-quantile over requests solves ``E_o[P(TPOT > t | o)] = 1 - q`` (the output
-        lengths' lognormal at ``TPOT_OUTPUT_NODES`` equal-probability nodes, as simulated);
-        for a fixed output it is ``z_q s / sqrt(osl)`` as before."""
+    def _tpot(self, n_rank, q: float, rho, lam, window_s) -> np.ndarray:
+        """TPOT at quantile q: the decode steps at the batch's q-quantile, plus the q-quantile
+        share of the request's steps that carry other prompts' chunks (the module docstring:
+        prompts queued behind it during ``window_s`` and arriving during its pure steps, each
+        starting a busy period of the prefill queue at load ``rho``; ``lam`` per rank)."""
         z = float(ndtri(q))
         n_q = np.minimum(n_rank + self.k.tpot_spread * z * np.sqrt(n_rank), self.n_max)
         op = self._mean(np.maximum(n_q, 1.0))
-        f = op.mixed_step_fraction
+        tau = self.c.spec_tokens_per_step  # tokens a decode step emits (1 without drafting)
         extra = np.maximum(op.mixed_step.step_s - op.pure_step.step_s, 0.0)
-        # prompts arrive as Poisson events of n_chunks consecutive mixed steps each: the count
-        # a request sees is compound Poisson, variance f osl n_chunks (1 + cs^2)
-        burst = np.maximum(op.n_chunks, 1.0) * (1.0 + self.isl_cs2)
-        spread = self.k.tpot_mix * extra * np.sqrt(f * burst)  # per sqrt(decode gap)
-        # Near the prefill queue's saturation its busy periods (every step carrying prompt
-        # tokens) outlast a request's decode, so the mixed steps a request meets stop
-        # averaging out: the spread grows as 1 / (1 - rho)^e (e = tpot_busy). At 94 % of the
-        # analytic max rate (70B TP8 on B200, 4k prompts, rho 0.5) the simulated p99 TPOT was
-        # 122 ms against 76 ms without this term.
-        spread = spread / (1.0 - np.minimum(rho, MAX_BUSY_RHO)) ** self.k.tpot_busy
-        if self.osl_gaps is None:
-            mix = z * spread / np.sqrt(self.osl)
-        else:
-            mix = _mixture_quantile(spread, extra, self.osl_gaps, q)
-        return op.tpot_s + np.maximum(np.minimum(mix, extra), 0.0)
+        # the mean-value step without its mixed share: what a request meeting no chunk sees
+        unmixed = op.tpot_s * tau - op.mixed_step_fraction * extra
+        chunks = np.maximum(op.n_chunks, 1.0)
+        free = 1.0 - np.minimum(rho, MAX_BUSY_RHO)
+        # mixed steps per busy period, variance-matched: E[C^2] / E[C] = 1 / (1 - rho)^2
+        cluster = self.k.tpot_mix * chunks * (1.0 + self.isl_cs2) / free**self.k.tpot_busy
+        mean_per_gap = lam * op.pure_step.step_s * chunks / free
+        lead = lam * window_s * chunks / free
+        gaps = self.osl_gaps if self.osl_gaps is not None else np.array([self.osl[0] - 1.0])
+        share = busy_share_quantile(mean_per_gap / cluster, lead / cluster, cluster, gaps, q)
+        return (unmixed + extra * share) / tau
 
     # ------------------------------------------------------------------ answers
     def max_rate(self, slo: Slo) -> tuple[np.ndarray, np.ndarray]:

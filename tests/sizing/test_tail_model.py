@@ -4,13 +4,13 @@ import math
 
 import numpy as np
 import pytest
-from scipy.special import ndtri
+from scipy.special import gammainc
 from specs_catalog import H100, LLAMA_8B
 
 from sizing.candidates import CandidateArrays
 from sizing.memory import fit_memory
 from sizing.specs import EngineSettings
-from sizing.tail_model import Lengths, TailModel, _mixture_quantile, mg1_wait_tail
+from sizing.tail_model import Lengths, TailModel, busy_share_quantile, mg1_wait_tail
 
 
 def test_mm1_wait_tail_is_exact():
@@ -38,24 +38,40 @@ def test_near_saturation_the_decay_is_the_heavy_traffic_one(cs2):
     assert decay[0] == pytest.approx(2 * 0.005 / (1 + cs2), rel=0.02)
 
 
-def test_one_output_length_gives_z_spread_over_root_gaps():
-    # given every request with 100 decode gaps and a per-gap spread of 4 ms
-    spread, extra = np.array([0.004]), np.array([1.0])
-    # when the 99th percentile over requests is solved
-    t = _mixture_quantile(spread, extra, np.array([100.0]), 0.99)
-    # then it is z_0.99 * 4 ms / sqrt(100) = 2.326 * 0.4 ms
-    assert t[0] == pytest.approx(float(ndtri(0.99)) * 0.004 / 10, abs=1e-8)  # 2^-28 s bisection
+def test_the_mixed_share_quantile_is_the_poisson_tail_of_whole_clusters():
+    # given a request of 100 decode gaps meeting on average 2 clusters of 4 mixed steps
+    gaps = np.array([100.0])
+    # when its 95th percentile share of mixed steps is solved
+    x = busy_share_quantile(np.array([0.02]), np.array([0.0]), np.array([4.0]), gaps, 0.95)[0]
+    # then it lies between 4 and 5 clusters (Poisson(2): P(K > 4) = 0.0527, P(K > 5) = 0.0166),
+    # i.e. 16-20 mixed steps of 100, where the continuous tail P(k + 1, 2) is 5 %
+    assert 0.16 < x < 0.20
+    assert gammainc(x * 100 / 4 + 1, 2.0) == pytest.approx(0.05, abs=1e-6)
 
 
-def test_variable_outputs_widen_the_tpot_tail_and_one_token_outputs_never_miss():
-    # given outputs of mean 300 tokens, fixed or lognormal with p95 800
+def test_a_request_rarely_meeting_another_prompt_has_no_mixed_share_at_its_tail():
+    # given 0.5 % of requests meeting one cluster (mean 0.005 clusters per request)
+    gaps = np.array([200.0])
+    share = busy_share_quantile(np.array([0.0]), np.array([0.005]), np.array([4.0]), gaps, 0.99)
+    # then the 99th percentile request meets none: its TPOT is the unmixed step
+    assert share[0] == pytest.approx(0.0, abs=1e-8)
+    # and prompts queued behind it (the lead) count like those arriving during its decode
+    lead = busy_share_quantile(np.array([0.0]), np.array([2.0]), np.array([4.0]), gaps, 0.95)
+    same = busy_share_quantile(np.array([0.01]), np.array([0.0]), np.array([4.0]), gaps, 0.95)
+    assert lead[0] == pytest.approx(same[0], rel=1e-6)
+
+
+def test_variable_outputs_widen_the_share_tail_and_one_token_outputs_never_miss():
+    # given outputs of mean 300 tokens, fixed or lognormal with p95 800, meeting a cluster of
+    # 4 mixed steps every 100 decode gaps
     gaps = Lengths(1000, 300, None, 800).osl_gap_nodes()
-    spread, extra = np.array([0.004]), np.array([0.05])
-    # then short outputs make the 99th percentile larger than at a fixed 300 tokens
-    fixed = float(ndtri(0.99)) * 0.004 / math.sqrt(299)
-    assert _mixture_quantile(spread, extra, gaps, 0.99)[0] > 1.5 * fixed
+    rate, size = np.array([0.01]), np.array([4.0])
+    fixed = busy_share_quantile(rate, np.array([0.0]), size, np.array([299.0]), 0.99)[0]
+    # then short outputs make the 99th percentile share larger than at a fixed 300 tokens
+    assert busy_share_quantile(rate, np.array([0.0]), size, gaps, 0.99)[0] > 1.15 * fixed  # 1.21x
     # and a request population of one-token outputs (no gap) never exceeds any TPOT
-    assert _mixture_quantile(spread, extra, np.zeros(16), 0.99)[0] == pytest.approx(0, abs=1e-9)
+    none = busy_share_quantile(rate, np.array([0.0]), size, np.zeros(16), 0.99)
+    assert none[0] == pytest.approx(0, abs=1e-8)
     assert Lengths(1000, 300).osl_gap_nodes() is None
 
 
