@@ -69,7 +69,7 @@ from sizing.specs import Slo
 BISECTION_STEPS = 24  # on log N: ~1e-7 of the range, far below a request's worth
 MG1_BISECTION_STEPS = 40  # on the decay rate and the TPOT quantile: ~1e-12 of the range
 TPOT_OUTPUT_NODES = 16  # output-length quantiles the TPOT tail averages over
-MIXTURE_BISECTION_STEPS = 28  # on the mixed-step share: 4e-9 of a request's decode steps
+MIXTURE_BISECTION_STEPS = 20  # on the mixed-step share: 1e-6 of a request's decode steps
 MAX_BUSY_RHO = 0.95  # the busy period's factors stop at rho 0.95 (by then every step of a
 # request's decode carries a chunk, the share's cap of 1)
 
@@ -175,11 +175,12 @@ def busy_share_quantile(
     g = np.maximum(gaps, 1.0)[None, :]
     decodes = (gaps > 0)[None, :]
     mean = lead + per_gap * g
+    clusters_per_share = g / size
     lo = np.zeros(per_gap.shape[0])
     hi = np.ones(per_gap.shape[0])
     for _ in range(MIXTURE_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
-        tail = np.mean(decodes * gammainc(mid[:, None] * g / size + 1.0, mean), axis=1)
+        tail = np.mean(decodes * gammainc(mid[:, None] * clusters_per_share + 1.0, mean), axis=1)
         above = tail > 1.0 - q
         lo = np.where(above, mid, lo)
         hi = np.where(above, hi, mid)
