@@ -9,7 +9,7 @@ from specs_catalog import H100, LLAMA_8B
 
 from sizing.candidates import CandidateArrays
 from sizing.memory import fit_memory
-from sizing.specs import EngineSettings
+from sizing.specs import EngineSettings, Slo
 from sizing.tail_model import Lengths, TailModel, busy_share_quantile, mg1_wait_tail
 
 
@@ -93,3 +93,23 @@ def test_a_poll_every_k_decode_steps_adds_its_uniform_wait_to_the_ttft_quantiles
     # the mean (q = 1/2) is the mean-value model's wait
     assert ttft_b[0.5][0] - ttft_a[0.5][0] == pytest.approx(14.5 * step, rel=0.05)
     assert ttft_b[0.95][0] - ttft_a[0.95][0] == pytest.approx(0.95 * 29 * step, rel=0.1)
+
+
+def test_the_kv_holds_the_in_flight_count_at_the_tail_residence():
+    # given Llama 3.1 8B fp8 on one H100 with 32k-token prompts (KV for a few dozen of them)
+    # and a loose SLO (30 s TTFT, 250 ms TPOT at p90, 95 % goodput)
+    c = CandidateArrays.build(LLAMA_8B, H100, "fp8")
+    lengths = Lengths(32000, 200)
+    fit = fit_memory(c, 32200)
+    model = TailModel(c, fit, lengths)
+    slo = Slo(30000, 250, 90, 0.95)
+    # when the highest rate meeting it is solved
+    rate, binding = model.max_rate(slo)
+    # then neither latency binds but the KV: at the tail's residence the sequences in flight
+    # fill it, short of the closed-loop ceiling the mean alone would allow
+    assert binding[0] == "memory"
+    at = model.at_rate(rate, quantiles=(0.95,))
+    in_flight_at_tail = rate[0] * (at.ttft_s[0.95][0] + 200 * at.tpot_s[0.95][0])
+    assert in_flight_at_tail == pytest.approx(model.n_max[0], rel=0.02)
+    assert at.ttft_s[0.95][0] < 30.0 and at.tpot_s[0.95][0] < 0.25
+    assert rate[0] < 0.9 * model.saturation_rps()[0]
