@@ -391,11 +391,12 @@ def run_loop(cfg, tokens_per_step, frontend_s, st, fs, ri, rf, draws_t, draws_is
             if st[S_HEAP_LEN] + 2 * cfg[C_MAX_SEQS] + 2 > heap.shape[0]:
                 return GROW  # a step pushes at most one entry per chunk
             st[S_STEP] += 1
+            preempted_before = st[S_PREEMPT]
             if st[S_NDEC] > 0:
                 _grow_decodes(cfg, st, ri, waiting, running, prefilling, phase)
             budget = cfg[C_BUDGET] - st[S_NDEC]
             if not _schedule_prefill(cfg, st, ri, waiting, running, prefilling, chunks, phase,
-                                     budget):  # fmt: skip
+                                     budget, preempted_before):  # fmt: skip
                 return BROKEN
             pre, weighted = 0, 0
             for j in range(st[S_CHUNKS]):
@@ -783,8 +784,13 @@ def _fit_blocks(cfg, st, ri, waiting, running, prefilling, phase, rid, k) -> int
 
 
 @unrefcounted
-def _schedule_prefill(cfg, st, ri, waiting, running, prefilling, chunks, phase, budget) -> bool:
-    """Chunks (request, tokens) for this step: running prompts first, then FCFS admission.
+def _schedule_prefill(
+    cfg, st, ri, waiting, running, prefilling, chunks, phase, budget, preempted_before
+) -> bool:
+    """Chunks (request, tokens) for this step: running prompts first, then FCFS admission,
+    none in a step that preempted (``st[S_PREEMPT]`` past ``preempted_before``: vLLM V1's
+    scheduler leaves its waiting queue alone then, so the blocks a preemption frees go to
+    the running sequences, not straight back to a re-admitted prompt).
 
     Without chunked prefill a prompt goes whole; the first prompt of a step may exceed the
     budget, later ones must fit in what is left. Head-of-line blocking is kept: FCFS never
@@ -806,7 +812,8 @@ def _schedule_prefill(cfg, st, ri, waiting, running, prefilling, chunks, phase, 
             chunks[n, 0], chunks[n, 1] = rid, k
             n += 1
             budget -= k
-    while st[S_WAIT_LEN] > 0 and st[S_RUN_LEN] < cfg[C_MAX_SEQS]:
+    admit = st[S_PREEMPT] == preempted_before
+    while admit and st[S_WAIT_LEN] > 0 and st[S_RUN_LEN] < cfg[C_MAX_SEQS]:
         rid = waiting[st[S_WAIT_HEAD]]
         want = ri[rid, R_TARGET] - ri[rid, R_DONE]
         if cfg[C_CHUNKED]:

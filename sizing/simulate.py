@@ -9,7 +9,9 @@ Engine model (one DP rank; an instance with DP ranks is DP independent copies)
 Each step the scheduler (vLLM V1 order) gives every decoding sequence its one token, then spends
 what is left of ``max_num_batched_tokens`` on running prompts in admission order, then admits
 waiting requests FCFS while ``running < max_num_seqs``, budget remains and the KV pool has the
-blocks (16 tokens each) for the chunk. Head-of-line blocking is kept: FCFS never skips ahead.
+blocks (16 tokens each) for the chunk; a step that preempted admits none (vLLM V1's scheduler
+skips its waiting queue then, so the freed blocks go to the running sequences). Head-of-line
+blocking is kept: FCFS never skips ahead.
 Without chunked prefill a prompt enters whole (a lone prompt may exceed the budget).
 When a decode needs a new block and none is free, the most recently admitted sequence is
 preempted by recompute: its blocks are freed and it returns to the queue front; on readmission

@@ -499,3 +499,41 @@ def test_a_scheduler_polling_every_30_decode_steps_delays_ttft_as_the_mean_value
             assert b.recv_wait_s[0] == pytest.approx(14.5 * b.pure_step.step_s[0])
             assert b.prefill_step_tokens[0] > a.prefill_step_tokens[0]
             assert modelled_ms == pytest.approx(simulated_ms, rel=0.15)
+
+
+def _one_waiting_prompt(tokens: int, free_blocks: int):
+    """Kernel state with one prompt of ``tokens`` waiting and ``free_blocks`` free."""
+    from sizing import sim_kernel as K
+
+    cfg = np.zeros(K.CONFIG_SLOTS, dtype=np.int64)
+    cfg[K.C_BLOCK], cfg[K.C_MAX_SEQS], cfg[K.C_CHUNKED] = 16, 8, 1
+    st = np.zeros(K.INT_SLOTS, dtype=np.int64)
+    st[K.S_FREE], st[K.S_WAIT_LEN], st[K.S_PREEMPT] = free_blocks, 1, 3
+    ri = np.zeros((1, K.REQUEST_INTS), dtype=np.int64)
+    ri[0, K.R_ISL] = ri[0, K.R_TARGET] = tokens
+    arrays = (
+        np.zeros(2, dtype=np.int64),  # waiting: request 0 at the head
+        np.zeros(8, dtype=np.int64),  # running
+        np.zeros(16, dtype=np.int64),  # prefilling (a copy above)
+        np.zeros((16, 2), dtype=np.int64),  # chunks
+        np.zeros(16, dtype=np.int64),  # decodes by block phase
+    )
+    return cfg, st, ri, arrays
+
+
+def test_a_step_that_preempted_admits_no_waiting_prompt():
+    # given one 100-token prompt waiting, 10 free blocks (7 needed) and 2,048 tokens of budget
+    from sizing import sim_kernel as K
+
+    for preempted_this_step, admitted in ((False, 1), (True, 0)):
+        cfg, st, ri, (waiting, running, prefilling, chunks, phase) = _one_waiting_prompt(100, 10)
+        before = st[K.S_PREEMPT] - (1 if preempted_this_step else 0)
+        # when the step's prompts are scheduled
+        ok = K._schedule_prefill(cfg, st, ri, waiting, running, prefilling, chunks, phase,
+                                 2048, before)  # fmt: skip
+        # then a step without a preemption admits it whole; a step that preempted (vLLM V1's
+        # scheduler skips its waiting queue then) leaves it waiting and the blocks free
+        assert ok
+        assert (st[K.S_CHUNKS], st[K.S_RUN_LEN], st[K.S_WAIT_LEN]) == (admitted, admitted,
+                                                                      1 - admitted)  # fmt: skip
+        assert st[K.S_FREE] == 10 - 7 * admitted
