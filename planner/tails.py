@@ -42,7 +42,7 @@ from sizing.tail_search import (
 
 #: Bumped whenever the simulator, the search or their constants change meaning, so cached
 #: searches from before are never reused.
-SIMULATION_VERSION = 4  # 4: no admission in a step that preempted (vLLM V1)
+SIMULATION_VERSION = 5  # 4: no admission in a step that preempted; 5: chunks whole (vLLM V1)
 QUANTILES = (50, 95, 99)
 
 

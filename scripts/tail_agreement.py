@@ -491,30 +491,29 @@ def _held_out_line() -> str:
 
 
 #: What the table shows where the two disagree (read off the 48,000-request table with the
-#: busy-period TPOT term, the KV's hold on the tail and the simulator's vLLM V1 admission,
-#: 21 of 224 points disagreeing).
+#: busy-period TPOT term, the KV's hold on the tail and the simulator's vLLM V1 scheduling,
+#: 20 of 224 points disagreeing).
 DISAGREEMENT = [
-    "Read off the table below: (1) a KV preemption cliff with 32k prompts (4 points: 95 % "
-    "goodput of 30 s / 250 ms where the KV holds 9-22 such sequences: Qwen3 32B and Llama "
-    "70B on H100, Mistral 7B on A100, Qwen3 30B-A3B on H200; the analytic rate 11-18 % "
-    "high, Qwen3 32B 73 % high, Llama 70B 23 % low). Above a rate the simulator flips into "
-    "a state where the KV is full, the newest sequence is preempted at block boundaries, "
-    "its recomputed prompt keeps the steps mixed, and the queue never drains; the model's "
-    "condition that the KV hold the in-flight count at the tail's residence "
-    "(`TailModel.max_rate`) and the simulator's vLLM V1 admission (none in a step that "
-    "preempted) together brought three such points within 10 % (Llama 8B on H100 and L40S, "
-    "Qwen3 8B on H200; Llama 8B on H100: analytic 1.44 -> 1.11 req/s, simulated 0.96 -> "
-    "1.06) and moved one out (Mistral 7B, 11 % high), but the flip is metastable and no "
-    "closed form here predicts its rate. (2) 99 % goodput at a 2 s TTFT (5 points, -72 % to"
-    " +16 %, one analytic rate 0; four with 32k prompts): the own prefill is 1.8-2 s of the"
-    " 2 s, so the rate is set by the 1 % of requests that queue behind another prompt, "
-    "where the M/G/1 exponential wait tail is a poor light-load shape (an exact "
-    "Pollaczek-Khinchine series there moved one point). (3) A 20 ms TPOT within a few "
-    "percent of the pure decode step (5 points: Llama 70B on H100, H200 and B200, Qwen3 32B"
-    " on H100, gpt-oss-120b with 32k prompts): a 2-3 % TPOT difference moves the rate 20-50"
-    " %; one has no simulated rate at all. (4) p99 TPOT of 100 ms (6 points, -15 % to +20 "
-    "%: Llama 405B on B200 at three prompt lengths, Llama 70B on H100, Qwen3 32B and "
-    "Mixtral with 32k prompts) and a 95 % goodput point (Llama 405B +10 %)."
+    "Read off the table below: (1) a KV preemption cliff with 32k prompts (5 points: 95 % "
+    "goodput of 30 s / 250 ms where the KV holds 9-24 such sequences: Qwen3 32B and Llama "
+    "70B on H100, Mistral 7B on A100, Qwen3 8B and 30B-A3B on H200; the analytic rate 17-26"
+    " % high, Qwen3 32B 123 % high, Llama 70B 19 % low). Above a rate the simulator flips "
+    "into a state where the KV is full, the newest sequence is preempted, its recomputed "
+    "prompt keeps the steps mixed, and the queue never drains (Llama 8B on H100, 6,000 "
+    "requests: 244 preemptions at 0.975 req/s, 4,026 at 1.1 with the running count pinned "
+    "at the KV's 30). The model's condition that the KV hold the in-flight count at the "
+    "tail's residence (`TailModel.max_rate`) brought Llama 8B on H100 and L40S within 10 % "
+    "(on H100 the analytic rate 1.44 -> 1.12 req/s, simulated 1.05), but the flip is "
+    "metastable and no closed form here predicts its rate. (2) 99 % goodput at a 2 s TTFT "
+    "with 32k prompts (4 points, -72 % to +16 %, one analytic rate 0): the own prefill is "
+    "1.8-2 s of the 2 s, so the rate is set by the 1 % of requests that queue behind "
+    "another prompt, where the M/G/1 exponential wait tail is a poor light-load shape (an "
+    "exact Pollaczek-Khinchine series there moved one point). (3) A 20 ms TPOT within a few"
+    " percent of the pure decode step (5 points: Llama 70B on H100, H200 and B200, Qwen3 "
+    "32B on H100, gpt-oss-120b with 32k prompts): a 2-3 % TPOT difference moves the rate "
+    "20-50 %; one has no simulated rate at all. (4) p99 TPOT of 100 ms (5 points, -13 % to "
+    "+26 %: Llama 405B on B200 at three prompt lengths, Llama 70B on H100, Qwen3 32B with "
+    "32k prompts) and a 95 % goodput point (Llama 405B +10 %)."
 ]
 
 

@@ -761,26 +761,26 @@ def _grow_decodes(cfg, st, ri, waiting, running, prefilling, phase) -> None:
 
 @unrefcounted
 def _fit_blocks(cfg, st, ri, waiting, running, prefilling, phase, rid, k) -> int:
-    """Tokens of a running prompt's chunk that the pool holds now. Short of blocks, the
-    prompt waits for decodes to finish; with no decode left to free any, the latest admitted
-    other sequence is preempted (else the engine would deadlock). Reserved at admission
-    (``C_RESERVE``), the whole chunk is already held."""
+    """Tokens of a running prompt's chunk this step: all ``k`` once the pool holds their
+    blocks. Short of them, the latest admitted running sequence is preempted until they fit,
+    as vLLM V1's scheduler does (its ``allocate_slots`` takes a chunk whole or not at
+    all): when that is the prompt itself, -1 (it is back in the queue and nothing more of
+    the running list is scheduled this step); -2 on an impossible state. Reserved at
+    admission (``C_RESERVE``), the whole chunk is already held."""
     if cfg[C_RESERVE]:
         return k
     block = cfg[C_BLOCK]
     while True:
         done, cached = ri[rid, R_DONE], ri[rid, R_CACHED]
-        have = _blocks(done, cached, block)
-        room = (have + st[S_FREE]) * block + cached - done
-        k_fit = min(k, room)
-        if (
-            k_fit > 0
-            or st[S_NDEC] > 0
-            or _preempt_last(cfg, st, ri, waiting, running, prefilling, phase, rid) != 1
-        ):
-            k_fit = max(k_fit, 0)
-            st[S_FREE] -= _blocks(done + k_fit, cached, block) - have
-            return k_fit
+        need = _blocks(done + k, cached, block) - _blocks(done, cached, block)
+        if need <= st[S_FREE]:
+            st[S_FREE] -= need
+            return k
+        victim = running[st[S_RUN_LEN] - 1]
+        if not _evict(cfg, st, ri, waiting, running, prefilling, phase, victim):
+            return -2
+        if victim == rid:
+            return -1
 
 
 @unrefcounted
@@ -806,12 +806,17 @@ def _schedule_prefill(
         rid = prefilling[half + j]
         if budget <= 0:
             break
+        if not ri[rid, R_RUNNING]:
+            continue  # preempted for an earlier prompt's chunk this step
         want = min(ri[rid, R_TARGET] - ri[rid, R_DONE], budget)
         k = _fit_blocks(cfg, st, ri, waiting, running, prefilling, phase, rid, want)
-        if k > 0:
-            chunks[n, 0], chunks[n, 1] = rid, k
-            n += 1
-            budget -= k
+        if k == -2:
+            return False
+        if k < 0:
+            break  # it preempted itself: vLLM stops scheduling the running list
+        chunks[n, 0], chunks[n, 1] = rid, k
+        n += 1
+        budget -= k
     admit = st[S_PREEMPT] == preempted_before
     while admit and st[S_WAIT_LEN] > 0 and st[S_RUN_LEN] < cfg[C_MAX_SEQS]:
         rid = waiting[st[S_WAIT_HEAD]]

@@ -15,7 +15,11 @@ blocking is kept: FCFS never skips ahead.
 Without chunked prefill a prompt enters whole (a lone prompt may exceed the budget).
 When a decode needs a new block and none is free, the most recently admitted sequence is
 preempted by recompute: its blocks are freed and it returns to the queue front; on readmission
-it prefills ``isl + generated`` tokens again. A prefix-cache hit skips the cached share of the
+it prefills ``isl + generated`` tokens again. A running prompt's chunk takes its blocks whole
+or, short of them, preempts the most recently admitted sequence until they fit; when that is
+the prompt itself, it goes back to the queue and no more running prompts are scheduled that
+step (vLLM V1's ``allocate_slots`` takes a chunk whole or not at all, and its scheduler
+preempts from the end of its running list). A prefix-cache hit skips the cached share of the
 prompt (whole blocks of ``shared_prefix_tokens``, pinned once in the pool).
 
 The engine's front end (``Calibration.frontend_latency_s``) delays each request by a fixed

@@ -537,3 +537,43 @@ def test_a_step_that_preempted_admits_no_waiting_prompt():
         assert (st[K.S_CHUNKS], st[K.S_RUN_LEN], st[K.S_WAIT_LEN]) == (admitted, admitted,
                                                                       1 - admitted)  # fmt: skip
         assert st[K.S_FREE] == 10 - 7 * admitted
+
+
+def _two_running_prompts(free_blocks: int):
+    """Kernel state with prompts 0 and 1 prefilling, admitted in that order: 0 has 32 of
+    its 200 tokens done (2 blocks), 1 has 80 of 200 (5 blocks)."""
+    from sizing import sim_kernel as K
+
+    cfg = np.zeros(K.CONFIG_SLOTS, dtype=np.int64)
+    cfg[K.C_BLOCK], cfg[K.C_MAX_SEQS], cfg[K.C_CHUNKED] = 16, 8, 1
+    st = np.zeros(K.INT_SLOTS, dtype=np.int64)
+    st[K.S_FREE], st[K.S_RUN_LEN], st[K.S_PRE_LEN] = free_blocks, 2, 2
+    ri = np.zeros((2, K.REQUEST_INTS), dtype=np.int64)
+    ri[:, K.R_ISL] = ri[:, K.R_TARGET] = 200
+    ri[:, K.R_RUNNING] = 1
+    ri[0, K.R_DONE], ri[1, K.R_DONE] = 32, 80
+    running, prefilling = np.zeros(8, dtype=np.int64), np.zeros(16, dtype=np.int64)
+    running[:2] = prefilling[:2] = (0, 1)
+    waiting, phase = np.zeros(3, dtype=np.int64), np.zeros(16, dtype=np.int64)
+    return cfg, st, ri, waiting, running, prefilling, phase
+
+
+def test_a_chunk_short_of_blocks_preempts_the_latest_admitted_then_itself():
+    from sizing import sim_kernel as K
+
+    # given prompt 0's next 100 tokens need 7 more blocks (2 -> 9: 132 tokens) and 3 are free
+    cfg, st, ri, waiting, running, prefilling, phase = _two_running_prompts(3)
+    # when its chunk is fitted
+    k = K._fit_blocks(cfg, st, ri, waiting, running, prefilling, phase, 0, 100)
+    # then the later prompt 1 is preempted (its 5 blocks freed, back at the queue's front,
+    # to start over) and the chunk goes whole, not cut to the 3 blocks free (vLLM V1)
+    assert k == 100
+    assert (st[K.S_RUN_LEN], st[K.S_WAIT_LEN], waiting[st[K.S_WAIT_HEAD]]) == (1, 1, 1)
+    assert (ri[1, K.R_RUNNING], ri[1, K.R_DONE], st[K.S_PREEMPT]) == (0, 0, 1)
+    assert st[K.S_FREE] == 3 + 5 - 7
+    # and when prompt 1 is the one short of blocks (it is the latest admitted), it preempts
+    # itself: -1, back in the queue with its blocks freed, prompt 0 untouched
+    cfg, st, ri, waiting, running, prefilling, phase = _two_running_prompts(3)
+    k = K._fit_blocks(cfg, st, ri, waiting, running, prefilling, phase, 1, 120)
+    assert k == -1
+    assert (st[K.S_RUN_LEN], running[0], ri[0, K.R_DONE], st[K.S_FREE]) == (1, 0, 32, 8)
