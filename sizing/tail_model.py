@@ -79,7 +79,7 @@ from sizing.specs import Slo
 BISECTION_STEPS = 24  # on log N: ~1e-7 of the range, far below a request's worth
 MG1_BISECTION_STEPS = 40  # on the decay rate and the TPOT quantile: ~1e-12 of the range
 TPOT_OUTPUT_NODES = 16  # output-length quantiles the TPOT tail averages over
-MIXTURE_BISECTION_STEPS = 20  # on the mixed-step share: 1e-6 of a request's decode steps
+MIXTURE_BISECTION_STEPS = 14  # on the mixed-step share: 6e-5 of a request's steps (< 0.1 ms TPOT)
 MAX_BUSY_RHO = 0.95  # the busy period's factors stop at rho 0.95 (by then every step of a
 # request's decode carries a chunk, the share's cap of 1)
 

@@ -46,7 +46,7 @@ def test_the_mixed_share_quantile_is_the_poisson_tail_of_whole_clusters():
     # then it lies between 4 and 5 clusters (Poisson(2): P(K > 4) = 0.0527, P(K > 5) = 0.0166),
     # i.e. 16-20 mixed steps of 100, where the continuous tail P(k + 1, 2) is 5 %
     assert 0.16 < x < 0.20
-    assert gammainc(x * 100 / 4 + 1, 2.0) == pytest.approx(0.05, abs=1e-5)
+    assert gammainc(x * 100 / 4 + 1, 2.0) == pytest.approx(0.05, abs=1e-4)  # x to 2^-15
 
 
 def test_a_request_rarely_meeting_another_prompt_has_no_mixed_share_at_its_tail():
@@ -54,7 +54,7 @@ def test_a_request_rarely_meeting_another_prompt_has_no_mixed_share_at_its_tail(
     gaps = np.array([200.0])
     share = busy_share_quantile(np.array([0.0]), np.array([0.005]), np.array([4.0]), gaps, 0.99)
     # then the 99th percentile request meets none: its TPOT is the unmixed step
-    assert share[0] == pytest.approx(0.0, abs=1e-6)  # the bisection's 2^-20
+    assert share[0] == pytest.approx(0.0, abs=4e-5)  # the bisection's 2^-15
     # and prompts queued behind it (the lead) count like those arriving during its decode
     lead = busy_share_quantile(np.array([0.0]), np.array([2.0]), np.array([4.0]), gaps, 0.95)
     same = busy_share_quantile(np.array([0.01]), np.array([0.0]), np.array([4.0]), gaps, 0.95)
@@ -71,7 +71,7 @@ def test_variable_outputs_widen_the_share_tail_and_one_token_outputs_never_miss(
     assert busy_share_quantile(rate, np.array([0.0]), size, gaps, 0.99)[0] > 1.15 * fixed  # 1.21x
     # and a request population of one-token outputs (no gap) never exceeds any TPOT
     none = busy_share_quantile(rate, np.array([0.0]), size, np.zeros(16), 0.99)
-    assert none[0] == pytest.approx(0, abs=1e-6)
+    assert none[0] == pytest.approx(0, abs=4e-5)
     assert Lengths(1000, 300).osl_gap_nodes() is None
 
 
