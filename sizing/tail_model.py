@@ -76,7 +76,7 @@ from sizing.memory import MemoryFit
 from sizing.operating import batch_limit, closed_loop, recv_wait_s
 from sizing.specs import Slo
 
-BISECTION_STEPS = 24  # on log N: ~1e-7 of the range, far below a request's worth
+BISECTION_STEPS = 18  # on log N: 5e-5 of N over its ~14 e-folds, far below a request's worth
 MG1_BISECTION_STEPS = 40  # on the decay rate and the TPOT quantile: ~1e-12 of the range
 TPOT_OUTPUT_NODES = 16  # output-length quantiles the TPOT tail averages over
 MIXTURE_BISECTION_STEPS = 14  # on the mixed-step share: 6e-5 of a request's steps (< 0.1 ms TPOT)
