@@ -777,8 +777,12 @@ def _fit_blocks(cfg, st, ri, waiting, running, prefilling, phase, rid, k) -> int
             st[S_FREE] -= need
             return k
         victim = running[st[S_RUN_LEN] - 1]
+        # a decode whose token this step opened a block got it in ``_grow_decodes``: it
+        # goes back to the pool with the rest (``_evict`` frees the blocks held before it)
+        opened = ri[victim, R_DECODING] and ri[victim, R_A] % block == (1 - st[S_STEP]) % block
         if not _evict(cfg, st, ri, waiting, running, prefilling, phase, victim):
             return -2
+        st[S_FREE] += 1 if opened else 0
         if victim == rid:
             return -1
 

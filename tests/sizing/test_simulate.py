@@ -577,3 +577,21 @@ def test_a_chunk_short_of_blocks_preempts_the_latest_admitted_then_itself():
     k = K._fit_blocks(cfg, st, ri, waiting, running, prefilling, phase, 1, 120)
     assert k == -1
     assert (st[K.S_RUN_LEN], running[0], ri[0, K.R_DONE], st[K.S_FREE]) == (1, 0, 32, 8)
+
+
+def test_a_decode_preempted_for_a_chunk_returns_the_block_its_token_opened_this_step():
+    from sizing import sim_kernel as K
+
+    # given prompt 0 prefilling (32 of 200 tokens: 2 blocks) and sequence 1, admitted after it,
+    # decoding with 32 tokens held before this step (2 blocks), its token this step opening a
+    # third that the step's decode growth already took; 4 blocks free
+    cfg, st, ri, waiting, running, prefilling, phase = _two_running_prompts(4)
+    st[K.S_STEP], st[K.S_PRE_LEN], st[K.S_NDEC], st[K.S_ASUM] = 1, 1, 1, 32
+    ri[1, K.R_DECODING], ri[1, K.R_A] = 1, 32  # held before step s: A + s - 1 = 32
+    phase[32 % 16] = 1
+    # when prompt 0's next 100 tokens (7 more blocks) are fitted
+    k = K._fit_blocks(cfg, st, ri, waiting, running, prefilling, phase, 0, 100)
+    # then sequence 1 is preempted with all 3 of its blocks back in the pool (4 + 3 = 7), so
+    # the chunk fits whole and prompt 0 keeps running
+    assert k == 100
+    assert (st[K.S_FREE], st[K.S_NDEC], st[K.S_RUN_LEN], running[0]) == (0, 0, 1, 0)
