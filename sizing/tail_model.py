@@ -46,16 +46,16 @@ Per DP rank at rate ``lam`` (requests/s), prompts of mean ``isl``, outputs of me
   ``wait_q = max(ln(C / (1 - q)), 0) / theta``, scaled by ``b = ttft_wait``;
   ``c = ttft_base`` scales the own-prefill term.
 - The KV holds the tail (Little at the tail): ``lam * (TTFT_q + osl * TPOT_q) <= n_max``, the
-  sequences in flight while requests take their q-quantile residence. Slow periods (a prefill
-  busy period makes every decode step a mixed one) pile sequences up, and an engine whose KV
-  fills preempts the newest and recomputes it, which keeps the steps mixed: above some rate
-  the simulator flips into that state and its queue never drains (Llama 3.1 8B fp8 on H100,
-  32k prompts, KV for 30 of them: 244 preemptions in 6,000 requests at 0.975 req/s, 4,026 at
-  1.1, the running count pinned at 30). The mean in flight alone filled the KV only at the
-  closed-loop ceiling (1.44 req/s there); this condition stops at 1.12, the simulator's
-  longest search at 1.05. With short prompts it stops a replica short of a full KV (Qwen3
-  32B bf16 TP2 on H100, 1k prompts, p99: 10.6 -> 9.55 req/s, the simulator 8.66; at 10.6 it
-  preempts 6,384 times in 48,000 requests and its queue never drains).
+  sequences in flight while requests take their q-quantile residence. Slow periods (a prefill busy
+  period makes every decode step a mixed one) pile sequences up, and an engine whose KV fills
+  preempts the newest and recomputes it, which keeps the steps mixed: above some rate the
+  simulator flips into that state and its queue never drains (Llama 3.1 8B fp8 on H100, 32k
+  prompts, KV for 30 of them: 65 preemptions in 6,000 requests at 0.975 req/s, 745 at 1.1, 3,939
+  at 1.2 with the running count pinned at 30). The mean in flight alone filled the KV only at the
+  closed-loop ceiling (1.44 req/s there); this condition stops at 1.12, the simulator's longest
+  search at 1.03. With short prompts it stops a replica short of a full KV (Qwen3 32B bf16 TP2 on
+  H100, 1k prompts, p99: 10.6 -> 9.55 req/s, the simulator 8.53; at 10.6 it preempts 6,732 times
+  in 48,000 requests and its queue never drains).
 - The SLO is met at rate lam when ``TTFT_q <= TTFT_SLO`` and ``TPOT_q <= TPOT_SLO`` at the SLO
   percentile and at the goodput quantile (the simulator's test: the request at the goodput
   quantile of ``max(TTFT/SLO, TPOT/SLO)`` must meet both); ``q = max(percentile, goodput)``.
