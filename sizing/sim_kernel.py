@@ -732,15 +732,21 @@ def _evict(cfg, st, ri, waiting, running, prefilling, phase, rid) -> bool:
 
 
 @unrefcounted
-def _preempt_last(cfg, st, ri, waiting, running, prefilling, phase, keep) -> int:
-    """Preempt the most recently admitted running sequence (not ``keep``): 1 if one was,
-    0 if none, -1 on an impossible state."""
-    for i in range(st[S_RUN_LEN] - 1, -1, -1):
-        rid = running[i]
-        if rid == keep:
-            continue
-        return 1 if _evict(cfg, st, ri, waiting, running, prefilling, phase, rid) else -1
-    return 0
+def _preempt_last(cfg, st, ri, waiting, running, prefilling, phase, grown) -> int:
+    """Preempt the most recently admitted running sequence (vLLM's scheduler preempts from the
+    end of its running list): its id, -1 if none runs, -2 on an impossible state. ``grown``:
+    this step's decode growth has run, so a decode whose token opened a block holds that block
+    too and gives it back with the rest (``_evict`` frees the blocks held before the step)."""
+    if st[S_RUN_LEN] == 0:
+        return -1
+    rid = running[st[S_RUN_LEN] - 1]
+    block = cfg[C_BLOCK]
+    opened = grown and ri[rid, R_DECODING] and ri[rid, R_A] % block == (1 - st[S_STEP]) % block
+    if not _evict(cfg, st, ri, waiting, running, prefilling, phase, rid):
+        return -2
+    if opened:
+        st[S_FREE] += 1
+    return rid
 
 
 @unrefcounted
@@ -755,7 +761,7 @@ def _grow_decodes(cfg, st, ri, waiting, running, prefilling, phase) -> None:
         if need <= st[S_FREE]:
             st[S_FREE] -= need
             return
-        if _preempt_last(cfg, st, ri, waiting, running, prefilling, phase, -1) != 1:
+        if _preempt_last(cfg, st, ri, waiting, running, prefilling, phase, False) < 0:
             return
 
 
@@ -776,13 +782,9 @@ def _fit_blocks(cfg, st, ri, waiting, running, prefilling, phase, rid, k) -> int
         if need <= st[S_FREE]:
             st[S_FREE] -= need
             return k
-        victim = running[st[S_RUN_LEN] - 1]
-        # a decode whose token this step opened a block got it in ``_grow_decodes``: it
-        # goes back to the pool with the rest (``_evict`` frees the blocks held before it)
-        opened = ri[victim, R_DECODING] and ri[victim, R_A] % block == (1 - st[S_STEP]) % block
-        if not _evict(cfg, st, ri, waiting, running, prefilling, phase, victim):
+        victim = _preempt_last(cfg, st, ri, waiting, running, prefilling, phase, True)
+        if victim < 0:  # none running: impossible, the prompt itself is
             return -2
-        st[S_FREE] += 1 if opened else 0
         if victim == rid:
             return -1
 

@@ -235,7 +235,10 @@ class TailModel:
         self.osl = np.full(n, max(float(lengths.osl_mean), 1.0))
         sigma = lengths.isl_sigma()
         self.isl_cs2 = math.exp(sigma * sigma) - 1.0
-        self.osl_gaps = lengths.osl_gap_nodes()
+        # decode gaps ``o - 1`` a request's TPOT averages over: at the output-length nodes, or
+        # the one fixed output's
+        nodes = lengths.osl_gap_nodes()
+        self.decode_gaps = nodes if nodes is not None else np.array([self.osl[0] - 1.0])
 
     # ------------------------------------------------------------------ building blocks
     def _mean(self, n_rank: np.ndarray):
@@ -300,8 +303,9 @@ class TailModel:
         cluster = self.k.tpot_mix * chunks * (1.0 + self.isl_cs2) / free**self.k.tpot_busy
         mean_per_gap = lam * op.pure_step.step_s * chunks / free
         lead = lam * window_s * chunks / free
-        gaps = self.osl_gaps if self.osl_gaps is not None else np.array([self.osl[0] - 1.0])
-        share = busy_share_quantile(mean_per_gap / cluster, lead / cluster, cluster, gaps, q)
+        share = busy_share_quantile(
+            mean_per_gap / cluster, lead / cluster, cluster, self.decode_gaps, q
+        )
         return (unmixed + extra * share) / tau
 
     # ------------------------------------------------------------------ answers
