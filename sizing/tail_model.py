@@ -32,19 +32,29 @@ Per DP rank at rate ``lam`` (requests/s), prompts of mean ``isl``, outputs of me
   fp8 TP2 on H100, 32k prompts, 0.091 req/s: simulated p99 TPOT 91 ms (48,000 requests), this
   model 89 ms, the Normal spread around the mean mixed share it replaced 124 ms (Llama 3.1 405B on
   B200 at 0.004 req/s: 45, 28 and 95 ms).
-- TTFT at quantile q: the engine's front-end latency, own prefill ``ceil(isl_q / chunk) *
-  t_mixed`` for the q-quantile prompt, plus half a step of alignment, plus (an engine that
-  polls for requests every k decode steps) the wait for the next poll, uniform over ``k - 1``
-  steps, ``2 q`` times its mean ``operating.recv_wait_s``, plus the wait behind
-  other prompts. Prompt work arrives as a Poisson stream into a server of
-  ``mu = (budget - decodes) / t_full`` tokens/s (a busy queue fills each step's room, so
-  ``t_full`` is the step carrying that room) with load
-  ``rho = lam * isl / mu``; M/G/1's waiting time has the exponential tail
-  ``P(wait > t) ~ C exp(-theta t)`` (``mg1_wait_tail``: theta and C solved exactly for
-  gamma-distributed service of mean ``D = isl / mu`` and the prompt-length variation ``cs^2``;
-  near saturation ``theta -> 2 (1 - rho) / (D (1 + cs^2))``), so
-  ``wait_q = max(ln(C / (1 - q)), 0) / theta``, scaled by ``b = ttft_wait``;
-  ``c = ttft_base`` scales the own-prefill term.
+- TTFT at quantile q: the engine's front-end latency, the rest of the step in progress when the
+  request arrives (uniform over a decode step: q of it), (an engine that polls for requests every
+  k decode steps) the wait for the next poll, uniform over ``k - 1`` steps, ``2 q`` times its mean
+  ``operating.recv_wait_s``, the own prefill, the wait behind other prompts, and the other
+  prompts' work that joins the request's last prefill step. Prompt work arrives as a Poisson
+  stream into a server of ``mu = (budget - decodes) / t_full`` tokens/s (``t_full`` the step whose
+  room is full of prompt tokens) with load ``rho = lam * isl / mu``. The wait is M/G/1's
+  (``WaitLaw.solve``): none with probability ``1 - rho``, else the residual of the prompt in
+  service plus a wait of the same law (Pollaczek-Khinchine), solved on a grid for lognormal
+  service of mean ``D = isl / mu`` (fixed for fixed prompts), beyond it the exponential tail
+  ``C exp(-theta t)`` (``mg1_wait_tail``). The exponential tail alone put a 32k prompt's p99 wait
+  at 0.49 D where 1.5 % of prompts wait (the exact 0.35 D): its weight C tends to 1 / (x - 1),
+  not to rho, as the load falls. Prompts that arrive
+  while the request waits and while its earlier chunks run are scheduled behind it in the same
+  step, up to the room its last chunk leaves, so that step lasts ``rho`` s longer per s of that
+  window (``PromptCost.co_scheduled_s``). The own prefill is ``ceil(isl / chunk) * t_mixed`` for
+  a fixed prompt; for drawn prompt lengths ``n(x)`` steps of ``x`` tokens at a cost linear (GEMMs)
+  plus quadratic (attention) in x, and the q-quantile of the sum of own, wait and joined work over
+  the prompt law (``ttft_quantile``), not the sum of their q-quantiles, which is the quantile only
+  when the longest prompts always wait longest (Llama 3.1 70B fp8 TP8 on B200, prompts of mean
+  4,000 tokens (p95 8,000), 1 req/s: simulated p95 TTFT 466 ms, this model 465, the sum of the
+  quantiles 492, the law without the joined work 422). ``b = ttft_wait`` scales the wait and
+  ``c = ttft_base`` the own prefill.
 - The KV holds the tail (Little at the tail): ``lam * (TTFT_q + osl * TPOT_q) <= n_max``, the
   sequences in flight while requests take their q-quantile residence. Slow periods (a prefill busy
   period makes every decode step a mixed one) pile sequences up, and an engine whose KV fills
@@ -69,17 +79,23 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import gammainc, ndtri
+from scipy.special import gammainc, ndtr, ndtri
 
 from sizing.candidates import CandidateArrays
 from sizing.memory import MemoryFit
-from sizing.operating import batch_limit, closed_loop, recv_wait_s
+from sizing.operating import MIN_CHUNK_TOKENS, batch_limit, closed_loop, recv_wait_s
 from sizing.specs import Slo
+from sizing.steptime import decode_step
 
 BISECTION_STEPS = 18  # on log N: 5e-5 of N over its ~14 e-folds, far below a request's worth
 MG1_BISECTION_STEPS = 40  # on the decay rate and the TPOT quantile: ~1e-12 of the range
 TPOT_OUTPUT_NODES = 16  # output-length quantiles the TPOT tail averages over
 MIXTURE_BISECTION_STEPS = 14  # on the mixed-step share: 6e-5 of a request's steps (< 0.1 ms TPOT)
+SUM_QUANTILE_BISECTION_STEPS = 12  # on TTFT between its bounds: 2.4e-4 of a wait quantile
+WAIT_GRID = 64  # bins of the M/G/1 wait's grid
+WAIT_GRID_RESIDUALS = 8.0  # mean residuals the grid spans (an exponential tail beyond)
+OWN_LAW_NODES = 64  # prompt lengths the own-prefill law integrates over (Normal score -5..5)
+OWN_LAW_Z = 5.0
 MAX_BUSY_RHO = 0.95  # the busy period's factors stop at rho 0.95 (by then every step of a
 # request's decode carries a chunk, the share's cap of 1)
 
@@ -198,6 +214,177 @@ def busy_share_quantile(
     return 0.5 * (lo + hi)
 
 
+@dataclass(frozen=True)
+class WaitLaw:
+    """A prompt's wait in the prefill queue, per row: M/G/1's waiting time solved on a grid
+    (``solve``), its survival ``P(wait > w)`` at the grid's edges, and beyond the grid the
+    exponential tail of ``mg1_wait_tail`` at ``rate``."""
+
+    step_s: np.ndarray  # the grid's spacing per row
+    survival: np.ndarray  # rows x (WAIT_GRID + 1): P(wait > k step_s)
+    rate: np.ndarray  # 1/s: the tail's decay beyond the grid
+
+    @classmethod
+    def solve(cls, rho, mean_s, sigma: float, rate) -> WaitLaw:
+        """Pollaczek-Khinchine: a prompt finds the queue empty with probability ``1 - rho``,
+        else it waits out the residual ``R`` of the prompt in service and then, as that
+        prompt did, a wait of the same law: ``W = 0`` (``1 - rho``) or ``R + W'`` (``rho``),
+        with ``P(R > t) = E[(S - t)+] / E[S]`` for the service ``S`` (lognormal of mean
+        ``mean_s`` and log-sd ``sigma``; fixed at sigma 0). On a grid of ``WAIT_GRID`` bins
+        over ``WAIT_GRID_RESIDUALS`` mean residuals the renewal equation is a recursion."""
+        rho = np.asarray(rho, dtype=np.float64)
+        mean_s = np.maximum(np.asarray(mean_s, dtype=np.float64), 1e-12)
+        cs2 = math.exp(sigma * sigma) - 1.0
+        step = WAIT_GRID_RESIDUALS * mean_s * (1.0 + cs2) / 2.0 / WAIT_GRID
+        # R's mass about each grid point k step (the bins centred on them), so that the
+        # recursion's lags are R's values, not its bins' lower ends
+        edges = step[:, None] * np.maximum(np.arange(WAIT_GRID + 1) - 0.5, 0.0)[None, :]
+        residual = -np.diff(_residual_survival(edges / mean_s[:, None], sigma), axis=1)
+        r = rho[:, None]
+        mass = np.zeros((len(rho), WAIT_GRID))
+        mass[:, 0] = (1.0 - rho) / (1.0 - rho * residual[:, 0])
+        for k in range(1, WAIT_GRID):
+            ahead = np.sum(residual[:, 1 : k + 1] * mass[:, k - 1 :: -1], axis=1)
+            mass[:, k] = r[:, 0] * ahead / (1.0 - rho * residual[:, 0])
+        # the wait's mass sits at the points k step: P(wait > t) falls by it across the bin
+        # about each point, so the survival at the bins' edges (k + 1/2) step, with rho at 0
+        survival = np.empty((len(rho), WAIT_GRID + 1))
+        survival[:, 0] = rho
+        survival[:, 1:] = np.clip(1.0 - np.cumsum(mass, axis=1), 0.0, 1.0)
+        return cls(step, np.minimum(survival, rho[:, None]), np.asarray(rate, dtype=np.float64))
+
+    def exceeds(self, w: np.ndarray) -> np.ndarray:
+        """``P(wait > w)`` (rows x columns), linear between the grid's edges."""
+        at = np.maximum(w, 0.0) / self.step_s[:, None]
+        # edge 0 at 0, edge j at (j - 1/2) steps
+        position = np.where(at < 0.5, 2.0 * at, at + 0.5)
+        k = np.minimum(np.floor(position), WAIT_GRID - 1).astype(np.int64)
+        frac = np.minimum(position - k, 1.0)
+        lo = np.take_along_axis(self.survival, k, axis=1)
+        hi = np.take_along_axis(self.survival, k + 1, axis=1)
+        end = (WAIT_GRID - 0.5) * self.step_s[:, None]
+        beyond = self.survival[:, -1:] * np.exp(-self.rate[:, None] * (np.maximum(w, 0.0) - end))
+        return np.where(position < WAIT_GRID, lo + frac * (hi - lo), beyond)
+
+    def quantile(self, q: float) -> np.ndarray:
+        """The q-quantile of the wait (s): 0 where fewer than ``1 - q`` of prompts wait."""
+        tail = 1.0 - q
+        over = self.survival > tail  # non-increasing along each row
+        count = over.sum(axis=1)  # edges above 1 - q: the quantile lies past edge count - 1
+        k = np.clip(count - 1, 0, WAIT_GRID - 1)
+        lo = np.take_along_axis(self.survival, k[:, None], axis=1)[:, 0]
+        hi = np.take_along_axis(self.survival, k[:, None] + 1, axis=1)[:, 0]
+        frac = np.clip((lo - tail) / np.maximum(lo - hi, 1e-300), 0.0, 1.0)
+        position = k + frac
+        inside = np.where(position < 1.0, 0.5 * position, position - 0.5) * self.step_s
+        end = (WAIT_GRID - 0.5) * self.step_s
+        with np.errstate(divide="ignore"):
+            past = end + np.log(np.maximum(self.survival[:, -1], 1e-300) / tail) / self.rate
+        return np.where(count == 0, 0.0, np.where(count > WAIT_GRID, past, inside))
+
+
+def _residual_survival(t_over_mean: np.ndarray, sigma: float) -> np.ndarray:
+    """``P(R > t)`` of a service's equilibrium residual, ``E[(S - t)+] / E[S]``, at ``t`` in
+    mean services: ``1 - t`` up to 1 for a fixed service; for a lognormal one Black's
+    formula at the forward 1: ``Phi(d1) - t Phi(d1 - sigma)``, ``d1 = (sigma^2 / 2 - ln t)
+    / sigma``."""
+    t = np.maximum(t_over_mean, 0.0)
+    if sigma == 0:
+        return np.clip(1.0 - t, 0.0, 1.0)
+    with np.errstate(divide="ignore"):
+        d1 = (0.5 * sigma * sigma - np.log(np.maximum(t, 1e-300))) / sigma
+    return np.clip(ndtr(d1) - t * ndtr(d1 - sigma), 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class PromptCost:
+    """A prompt's prefill time without waiting, per row: ``own(x) = base_s + n(x) step_s +
+    a x + b x^2`` for ``x`` prefilled tokens, ``n(x) = ceil(x / room)`` steps (``room``
+    what the decodes leave of the step's token budget), ``a`` its GEMMs' and ``b`` its
+    attention's cost per token (``TailModel._prompt_cost``)."""
+
+    base_s: np.ndarray
+    room: np.ndarray
+    step_s: np.ndarray
+    per_token_s: np.ndarray  # a
+    per_token2_s: np.ndarray  # b
+    mean_per_token_s: np.ndarray  # the mean prompt's cost per token: others' tokens
+    full_step_s: np.ndarray  # a step whose room is full of prompt tokens
+
+    def own_s(self, x: np.ndarray) -> np.ndarray:
+        """``own`` at prefilled tokens ``x`` (rows x nodes)."""
+        steps = np.ceil(np.maximum(x, 1.0) / self.room[:, None])
+        work = x * self.per_token_s[:, None] + x * x * self.per_token2_s[:, None]
+        return self.base_s[:, None] + steps * self.step_s[:, None] + work
+
+    def co_scheduled_s(self, x: np.ndarray, wait_s: np.ndarray, rho: np.ndarray) -> np.ndarray:
+        """Other prompts' work in the request's last prefill step (rows x nodes, s): the
+        prompts that arrive while it waits and while its earlier chunks run (``rho`` s of
+        prefill work per s) are scheduled behind it in the same step, up to the room its
+        last chunk leaves; that step lasts until their tokens are done too."""
+        steps = np.ceil(np.maximum(x, 1.0) / self.room[:, None])
+        window = wait_s + (steps - 1.0) * self.full_step_s[:, None]
+        free = np.maximum(steps * self.room[:, None] - x, 0.0) * self.mean_per_token_s[:, None]
+        return np.minimum(rho[:, None] * window, free)
+
+
+def prompt_law_nodes(lengths: Lengths, cached: np.ndarray):
+    """Prefilled tokens of a drawn prompt on ``OWN_LAW_NODES`` bins evenly spaced in the
+    Normal score over +-``OWN_LAW_Z`` (fine in the tail): the bins' edges and midpoints
+    (rows x bins) and each bin's probability (the tails beyond fold into the end bins)."""
+    z = np.linspace(-OWN_LAW_Z, OWN_LAW_Z, OWN_LAW_NODES + 1)
+    cdf = ndtr(z)
+    cdf[0], cdf[-1] = 0.0, 1.0
+    sigma = lengths.isl_sigma()
+    mu = math.log(lengths.isl_mean) - 0.5 * sigma * sigma
+
+    def tokens(score):
+        return np.maximum(np.exp(mu + sigma * score)[None, :] - cached[:, None], 0.0)
+
+    return tokens(z), tokens(0.5 * (z[1:] + z[:-1])), np.diff(cdf)[None, :]
+
+
+def ttft_quantile(cost: PromptCost, wait: WaitLaw, rho, lengths: Lengths, cached, q: float):
+    """The q-quantile of TTFT for drawn prompt lengths: ``own(x) + wait + co(x, wait)``
+    with the prompt ``x``, independent of the wait (the work queued ahead of it), and
+    ``co`` the other prompts' work that joins its last step (``PromptCost.co_scheduled_s``).
+    Not the sum of the terms' q-quantiles: that is the quantile only when long prompts
+    always wait longest. Solves ``P(TTFT > t) = 1 - q`` by bisection on t; within a bin
+    the no-wait TTFT is spread evenly between its edges' (the CDF interpolated linearly)."""
+    edges, mids, mass = prompt_law_nodes(lengths, cached)
+    at_edges = cost.own_s(edges) + cost.co_scheduled_s(edges, np.zeros_like(edges), rho)
+    lo_e = np.minimum(at_edges[:, :-1], at_edges[:, 1:])
+    hi_e = np.maximum(at_edges[:, :-1], at_edges[:, 1:])
+    own = cost.own_s(mids)
+    # co = min(rho (wait + lead), cap): the wait w* at which TTFT reaches t solves a
+    # piecewise-linear equation, on the linear piece or the capped one
+    steps = np.ceil(np.maximum(mids, 1.0) / cost.room[:, None])
+    lead = (steps - 1.0) * cost.full_step_s[:, None]
+    cap = np.maximum(steps * cost.room[:, None] - mids, 0.0) * cost.mean_per_token_s[:, None]
+    r = rho[:, None]
+    waits_at_all = wait.exceeds(np.zeros_like(own))
+    # bracket: the q-quantile prompt without waiting is passed by at least 1 - q of requests;
+    # the prompt and the wait each at 1 - (1 - q) / 2 pass at most 1 - q together
+    # (on the edges either side of the two quantiles: the bins' own spread)
+    z = np.linspace(-OWN_LAW_Z, OWN_LAW_Z, OWN_LAW_NODES + 1)[None, :]
+    bin_z = 2.0 * OWN_LAW_Z / OWN_LAW_NODES
+    deeper = 1.0 - 0.5 * (1.0 - q)
+    lo = np.min(np.where(z >= ndtri(q) - bin_z, at_edges, np.inf), axis=1)
+    hi = np.max(np.where(z <= ndtri(deeper) + bin_z, at_edges, -np.inf), axis=1)
+    hi = np.maximum(hi, lo) + wait.quantile(deeper) * (1.0 + rho)
+    for _ in range(SUM_QUANTILE_BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        left = mid[:, None] - own
+        linear = (left - r * lead) / (1.0 + r)
+        w_star = np.where(r * (linear + lead) <= cap, linear, left - cap)
+        no_wait = np.clip((hi_e - mid[:, None]) / np.maximum(hi_e - lo_e, 1e-15), 0.0, 1.0)
+        waited = np.where(w_star >= 0.0, wait.exceeds(w_star), waits_at_all)
+        above = np.sum(mass * (no_wait * (1.0 - waits_at_all) + waited), axis=1) > 1.0 - q
+        lo = np.where(above, mid, lo)
+        hi = np.where(above, hi, mid)
+    return hi
+
+
 def _lognormal_sigma(mean: float, p95: float | None) -> float:
     if p95 is None or p95 <= mean:
         return 0.0
@@ -254,36 +441,81 @@ class TailModel:
         room = np.maximum(budget - op.decode_seqs_per_step, 1.0)  # prompt tokens per step
         # a busy prefill queue fills every step's room with prompt tokens, so it drains at
         # the throughput of a full step (the chunk step ``t_mixed`` carries one prompt's chunk)
-        mu_tokens = room / np.maximum(op.prefill_step.step_s, t_mixed)
+        full_step_s = np.maximum(
+            decode_step(
+                self.c, op.decode_seqs_per_step, op.context_tokens, room, op.isl_tokens
+            ).step_s,
+            t_mixed,
+        )
+        mu_tokens = room / full_step_s
         ttft_mean = self._ttft(op, n_rank, 0.5, lam=None)
         w = ttft_mean + self.osl * op.tpot_s
         lam = n_rank / w  # per rank (Little)
         rho = lam * op.prefill_isl_tokens / mu_tokens  # prefilled tokens: a cache hit skips
-        ttft = {q: self._ttft(op, n_rank, q, lam, rho, mu_tokens) for q in quantiles}
+        ttft = {q: self._ttft(op, n_rank, q, lam, rho, mu_tokens, full_step_s) for q in quantiles}
         tpot = {q: self._tpot(n_rank, q, rho, lam, ttft[q]) for q in quantiles}
         return lam, ttft, tpot, rho
 
-    def _ttft(self, op, n_rank, q, lam, rho=None, mu_tokens=None) -> np.ndarray:
-        """Own prefill of the q-quantile prompt + half a step + the prefill queue's q-wait."""
+    def _ttft(self, op, n_rank, q, lam, rho=None, mu_tokens=None, full_step_s=None):
+        """TTFT at quantile q: the front end, alignment with the step in progress, the poll
+        wait, the prompt's own prefill, the prefill queue's wait and the work that joins the
+        prompt's last step (the module docstring); ``lam`` None: the mean without waiting."""
         isl_q = self.lengths.isl_quantile(q) if q != 0.5 else self.lengths.isl_mean
         isl_q = isl_q - (op.isl_tokens - op.prefill_isl_tokens)  # minus the cached prefix
         chunk = np.maximum(op.chunk_tokens, 1.0)
-        t_mixed = op.mixed_step.step_s
-        own = self.k.ttft_base * np.ceil(isl_q / chunk) * t_mixed + 0.5 * op.pure_step.step_s
+        prefill_own = self.k.ttft_base * np.ceil(isl_q / chunk) * op.mixed_step.step_s
+        # a request arrives during the step in progress and waits out its rest, uniform over
+        # the step: q of it at quantile q (half on average)
+        base = q * op.pure_step.step_s
         # the engine's front end holds every request before the scheduler sees it (the
         # simulator and the mean-value chain count it in TTFT too)
-        own = own + self.c.frontend_latency_s
+        base = base + self.c.frontend_latency_s
         # an engine polling every k decode steps receives a request after a wait uniform over
         # 0..k-1 steps (``operating.recv_wait_s`` is its mean): the q-quantile is 2q x the mean
-        own = own + 2.0 * q * recv_wait_s(self.c, n_rank, op.pure_step.step_s)
+        base = base + 2.0 * q * recv_wait_s(self.c, n_rank, op.pure_step.step_s)
         if lam is None:
-            return own
+            return base + prefill_own
         rho_c = np.minimum(rho, 0.999)
-        service_s = op.prefill_isl_tokens / mu_tokens
+        service_s = self.k.ttft_wait * op.prefill_isl_tokens / mu_tokens
         decay, weight = mg1_wait_tail(rho_c, self.isl_cs2)
-        with np.errstate(divide="ignore"):
-            wait = np.maximum(np.log(weight / (1.0 - q)), 0.0) * service_s / decay
-        return own + self.k.ttft_wait * wait
+        wait = WaitLaw.solve(
+            rho_c, service_s, self.lengths.isl_sigma(), decay / np.maximum(service_s, 1e-12)
+        )
+        drawn = self.lengths.isl_sigma() > 0 and q != 0.5
+        cost = self._prompt_cost(op, base, full_step_s, quadratic=drawn)
+        cached = op.isl_tokens - op.prefill_isl_tokens
+        if drawn:
+            return ttft_quantile(cost, wait, rho_c, self.lengths, cached, q)
+        wait_q = wait.quantile(q)
+        co = cost.co_scheduled_s(
+            np.broadcast_to(isl_q, base.shape)[:, None], wait_q[:, None], rho_c
+        )
+        return base + prefill_own + wait_q + co[:, 0]
+
+    def _prompt_cost(self, op, base_s, full_step_s, quadratic: bool) -> PromptCost:
+        """``PromptCost`` at the operating point: a prompt's cost over the pure step is linear
+        in its tokens (GEMMs) plus quadratic (attention over its own context), read off the
+        chain's step at the mean prompt and (``quadratic``) at twice it; else linear."""
+        budget = self.c.max_num_batched_tokens
+        pure = op.pure_step.step_s
+        x1 = np.maximum(np.maximum(op.chunk_tokens, op.prefill_tokens_per_step), 1.0)
+        y1 = np.maximum(op.mixed_step.step_s - pure, 0.0)
+        quad = np.zeros_like(y1)
+        if quadratic:
+            x2 = 2.0 * np.maximum(op.prefill_isl_tokens, x1)
+            t2 = decode_step(self.c, op.decode_seqs_per_step, op.context_tokens, x2, x2).step_s
+            y2 = np.maximum(t2 - pure, y1)
+            quad = np.maximum((y2 / x2 - y1 / x1) / (x2 - x1), 0.0)
+        base = self.k.ttft_base
+        return PromptCost(
+            base_s=base_s,
+            room=np.maximum(budget - op.batch_per_rank, MIN_CHUNK_TOKENS),
+            step_s=base * pure,
+            per_token_s=base * np.maximum(y1 / x1 - quad * x1, 0.0),
+            per_token2_s=base * quad,
+            mean_per_token_s=base * y1 / x1,
+            full_step_s=full_step_s,
+        )
 
     def _tpot(self, n_rank, q: float, rho, lam, window_s) -> np.ndarray:
         """TPOT at quantile q: the decode steps at the batch's q-quantile, plus the q-quantile

@@ -5,12 +5,23 @@ import math
 import numpy as np
 import pytest
 from scipy.special import gammainc
-from specs_catalog import H100, LLAMA_8B
+from specs_catalog import B200, H100, LLAMA_8B, LLAMA_70B
 
 from sizing.candidates import CandidateArrays
 from sizing.memory import fit_memory
-from sizing.specs import EngineSettings, Slo
-from sizing.tail_model import Lengths, TailModel, busy_share_quantile, mg1_wait_tail
+from sizing.simulate import lengths_from_mean_p95
+from sizing.specs import EngineSettings, Slo, Traffic
+from sizing.tail_model import (
+    WAIT_GRID,
+    Lengths,
+    PromptCost,
+    TailModel,
+    WaitLaw,
+    busy_share_quantile,
+    mg1_wait_tail,
+    ttft_quantile,
+)
+from sizing.tail_search import Replica
 
 
 def test_mm1_wait_tail_is_exact():
@@ -113,3 +124,111 @@ def test_the_kv_holds_the_in_flight_count_at_the_tail_residence():
     assert in_flight_at_tail == pytest.approx(model.n_max[0], rel=0.02)
     assert at.ttft_s[0.95][0] < 30.0 and at.tpot_s[0.95][0] < 0.25
     assert rate[0] < 0.9 * model.saturation_rps()[0]
+
+
+def _md1_waits_longer_than(t: float, rho: float) -> float:
+    """Erlang's M/D/1 waiting time (service 1): ``P(W <= t) = (1 - rho) sum_{k <= t}
+    (rho (k - t))^k / k! exp(-rho (k - t))``."""
+    below = sum(
+        (rho * (k - t)) ** k / math.factorial(k) * math.exp(-rho * (k - t))
+        for k in range(int(math.floor(t)) + 1)
+    )
+    return 1.0 - (1.0 - rho) * below
+
+
+@pytest.mark.parametrize("rho", [0.02, 0.2, 0.5, 0.8, 0.95])
+def test_the_wait_is_erlangs_md1_law_at_every_load(rho):
+    # given fixed prompts (service 1 s) at loads from 2 % to 95 %
+    decay, _ = mg1_wait_tail(np.array([rho]), 0.0)
+    wait = WaitLaw.solve(np.array([rho]), np.array([1.0]), 0.0, decay)
+    # then P(wait > t) on the grid (and its exponential tail past 4 s) is Erlang's exact law
+    # within 0.5 % of its value (or 1e-4) away from the residual's end at t = 1 s
+    for t in (0.25, 0.5, 2.0, 5.0, 10.0):
+        exact = _md1_waits_longer_than(t, rho)
+        assert wait.exceeds(np.array([[t]]))[0, 0] == pytest.approx(exact, rel=5e-3, abs=1e-4)
+    # and nobody waits with probability 1 - rho; the quantile inverts the law
+    assert wait.exceeds(np.array([[0.0]]))[0, 0] == pytest.approx(rho)
+    q = 0.99
+    if rho > 0.01:
+        assert wait.exceeds(wait.quantile(q)[:, None])[0, 0] == pytest.approx(1 - q, rel=1e-6)
+
+
+def test_at_light_load_the_exponential_tail_alone_overstates_the_wait():
+    # given 32k prompts at 1.5 % prefill load: 1.5 % of prompts wait, for a residual uniform
+    # over the service D, so the p99 wait is D (1 - 0.01 / 0.015) = D / 3 (to first order)
+    rho = np.array([0.015])
+    decay, weight = mg1_wait_tail(rho, 0.0)
+    wait = WaitLaw.solve(rho, np.array([1.0]), 0.0, decay)
+    assert wait.quantile(0.99)[0] == pytest.approx(1 / 3, abs=0.02)
+    # where the exponential tail alone has a weight of 0.19 (not 0.015) and says 0.49 D
+    assert weight[0] == pytest.approx(0.19, abs=0.01)
+    assert math.log(weight[0] / 0.01) / decay[0] == pytest.approx(0.49, abs=0.01)
+
+
+def _exponential_wait(weight: float, rate: float) -> WaitLaw:
+    """``P(wait > t) = weight exp(-rate t)`` on the law's grid (edges 0, then (j - 1/2) h)."""
+    step = 0.01
+    edges = np.concatenate([[0.0], (np.arange(1, WAIT_GRID + 1) - 0.5) * step])
+    survival = weight * np.exp(-rate * edges)[None, :]
+    return WaitLaw(np.array([step]), survival, np.array([rate]))
+
+
+def _cost(per_token_s=1e-4, room=8000.0):
+    one = np.array([1.0])
+    return PromptCost(
+        base_s=0.05 * one, room=room * one, step_s=0.01 * one, per_token_s=per_token_s * one,
+        per_token2_s=0.0 * one, mean_per_token_s=per_token_s * one, full_step_s=0.81 * one,
+    )  # fmt: skip
+
+
+def test_a_prompt_shares_its_last_step_with_those_arriving_while_it_waits_and_prefills():
+    cost, rho = _cost(), np.array([0.2])
+    # given a prompt of 7,990 tokens that waited 0.1 s: arrivals bring 0.2 x 0.1 s of prompt
+    # work, but its one step has room for only 10 more tokens (1 ms)
+    co = cost.co_scheduled_s(np.array([[7990.0]]), np.array([[0.1]]), rho)
+    assert co[0, 0] == pytest.approx(10 * 1e-4)
+    # given 8,100 tokens (two steps): its second step also carries what arrived during its
+    # first full step, 0.2 x (0.1 + 0.81) s = 0.182 s, within the 7,900 tokens' room
+    co = cost.co_scheduled_s(np.array([[8100.0]]), np.array([[0.1]]), rho)
+    assert co[0, 0] == pytest.approx(0.2 * 0.91)
+
+
+def test_the_ttft_quantile_of_drawn_prompts_is_the_quantile_of_the_sum():
+    # given prompts lognormal (mean 1,000, p95 3,000) costing 50 ms + 10 ms + 0.1 ms/token,
+    # a prefill queue at 30 % load whose wait is exponential (weight 0.3, mean 0.2 s)
+    lengths, cost, q = Lengths(1000, 300, 3000, None), _cost(), 0.95
+    wait, rho = _exponential_wait(0.3, 5.0), np.array([0.3])
+    quiet = _exponential_wait(0.0, 5.0)
+    # when nothing waits, the quantile is the q-quantile prompt's own time (64 bins, the CDF
+    # linear within each)
+    alone = ttft_quantile(cost, quiet, np.zeros(1), lengths, np.zeros(1), q)[0]
+    assert alone == pytest.approx(0.06 + 1e-4 * lengths.isl_quantile(q), rel=0.01)  # 0.6 %
+    # then with the wait it matches a million-draw Monte Carlo of the same law (the wait's
+    # co-scheduled work included), and lies below the sum of the two quantiles
+    rng = np.random.default_rng(7)
+    sigma = lengths.isl_sigma()
+    x = np.exp(math.log(1000) - sigma**2 / 2 + sigma * rng.standard_normal(1_000_000))
+    waits = np.where(rng.random(x.size) < 0.3, rng.exponential(0.2, x.size), 0.0)
+    steps = np.ceil(x / 8000)
+    own = 0.05 + 0.01 * steps + 1e-4 * x
+    co = np.minimum(0.3 * (waits + (steps - 1) * 0.81), (steps * 8000 - x) * 1e-4)
+    mixed = ttft_quantile(cost, wait, rho, lengths, np.zeros(1), q)[0]
+    assert mixed == pytest.approx(np.quantile(own + waits + co, q), rel=0.01)
+    assert mixed < alone + 1.3 * wait.quantile(q)[0]
+
+
+def test_long_drawn_prompts_wait_and_share_steps_as_the_simulator_has_them():
+    # given Llama 3.1 70B fp8 on 8 B200s (physics defaults), prompts lognormal of mean 4,000
+    # (p95 8,000), outputs of 250 (p95 600)
+    c = CandidateArrays.build(LLAMA_70B, B200, "fp8", tp=8)
+    isl, osl = lengths_from_mean_p95(4000, 8000), lengths_from_mean_p95(250, 600)
+    traffic = Traffic(1.0, 0.5, 4000, 250, 8000, 600)
+    model = TailModel(c, fit_memory(c, 4250), Lengths(4000, 250, 8000, 600))
+    for rate in (1.0, 2.0, 3.0, 4.0):
+        # when the analytic p95 TTFT is taken at the rate the simulator runs (6,000 requests)
+        run = Replica(c, isl, osl, traffic, Slo(500, 20, 95), 3, 6000).run(rate)
+        simulated = np.percentile(run.ttft_s[run.measured], 95)
+        analytic = model.at_rate(np.array([rate]), quantiles=(0.95,)).ttft_s[0.95][0]
+        # then they agree within 10 % (+7.0, +3.7, -0.4, -3.0 %; the sum of the own and wait
+        # quantiles was 12.3, 12.6, 6.9, 2.0 % high)
+        assert analytic == pytest.approx(simulated, rel=0.10), rate
