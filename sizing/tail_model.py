@@ -15,7 +15,9 @@ Per DP rank at rate ``lam`` (requests/s), prompts of mean ``isl``, outputs of me
   The mean TPOT at N sequences comes from ``operating.closed_loop`` (same step times).
 - TPOT at quantile q: the batch a request decodes in fluctuates around N; with Poisson arrivals
   the count in service is close to Poisson(N), so its q-quantile is ``N + a * z_q * sqrt(N)`` and
-  the decode steps are taken there (``a = tpot_spread``). On top, the share of the request's
+  the decode steps are taken there (``a = tpot_spread``), with the request's own context at its
+  q-quantile (``isl + osl / 2`` over requests; attention reads its own cache every step). On top,
+  the share of the request's
   decode steps that carry another prompt's chunk (each costs ``t_mixed - t_pure`` more): prompts
   that reach the engine while the request waits and prefills are queued behind it and prefilled
   during its decode, and so are those arriving during its pure decode steps; each such arrival
@@ -33,7 +35,8 @@ Per DP rank at rate ``lam`` (requests/s), prompts of mean ``isl``, outputs of me
   model 89 ms, the Normal spread around the mean mixed share it replaced 124 ms (Llama 3.1 405B on
   B200 at 0.004 req/s: 45, 28 and 95 ms).
 - TTFT at quantile q: the engine's front-end latency, the rest of the step in progress when the
-  request arrives (uniform over a decode step: q of it), (an engine that polls for requests every
+  request arrives (uniform over a decode step for the ``1 - exp(-N)`` of arrivals that find the
+  engine stepping; an idle engine starts at once), (an engine that polls for requests every
   k decode steps) the wait for the next poll, uniform over ``k - 1`` steps, ``2 q`` times its mean
   ``operating.recv_wait_s``, the own prefill, the wait behind other prompts, and the other
   prompts' work that joins the request's last prefill step. Prompt work arrives as a Poisson
@@ -47,13 +50,16 @@ Per DP rank at rate ``lam`` (requests/s), prompts of mean ``isl``, outputs of me
   not to rho, as the load falls. Prompts that arrive
   while the request waits and while its earlier chunks run are scheduled behind it in the same
   step, up to the room its last chunk leaves, so that step lasts ``rho`` s longer per s of that
-  window (``PromptCost.co_scheduled_s``). The own prefill is ``ceil(isl / chunk) * t_mixed`` for
-  a fixed prompt; for drawn prompt lengths ``n(x)`` steps of ``x`` tokens at a cost linear (GEMMs)
-  plus quadratic (attention) in x, and the q-quantile of the sum of own, wait and joined work over
-  the prompt law (``ttft_quantile``), not the sum of their q-quantiles, which is the quantile only
-  when the longest prompts always wait longest (Llama 3.1 70B fp8 TP8 on B200, prompts of mean
-  4,000 tokens (p95 8,000), 1 req/s: simulated p95 TTFT 466 ms, this model 465, the sum of the
-  quantiles 492, the law without the joined work 422). ``b = ttft_wait`` scales the wait and
+  window (``PromptCost.co_scheduled_s``). The own prefill of a fixed prompt is ``n`` steps, the
+  chunks' tokens at the chunk step's cost over the pure step, the last chunk holding only the
+  remainder (``n t_pure + isl / chunk (t_mixed - t_pure)``); for drawn prompt lengths ``n(x)``
+  steps of ``x`` tokens at a cost linear (GEMMs) plus quadratic (attention) in x, read off the
+  chain's step at the mean and the q-quantile prompt, and the q-quantile of the sum of own, wait
+  and joined work over the prompt law (``ttft_quantile``), not the sum of their q-quantiles,
+  which is the quantile only when the longest prompts always wait longest (Llama 3.1 70B fp8 TP8
+  on B200, prompts of mean 4,000 tokens (p95 8,000), 1 req/s: simulated p95 TTFT 466 ms, this
+  model 465, the sum of the quantiles 492, the law without the joined work 422). ``b =
+  ttft_wait`` scales the wait and
   ``c = ttft_base`` the own prefill.
 - The KV holds the tail (Little at the tail): ``lam * (TTFT_q + osl * TPOT_q) <= n_max``, the
   sequences in flight while requests take their q-quantile residence. Slow periods (a prefill busy
@@ -139,6 +145,25 @@ class Lengths:
             return self.isl_mean
         mu = math.log(self.isl_mean) - 0.5 * sigma * sigma
         return math.exp(mu + sigma * float(ndtri(q)))
+
+    def context_mean(self) -> float:
+        """Mean context a request decodes at, ``isl + osl / 2`` (tokens)."""
+        return self.isl_mean + 0.5 * self.osl_mean
+
+    def context_quantile(self, q: float) -> float:
+        """q-quantile of a request's mean decode context ``isl + osl / 2`` over requests: the
+        sum of the two lognormals as one of the same mean and variance (Fenton-Wilkinson)."""
+        var = 0.0
+        for mean, sigma, share in (
+            (self.isl_mean, self.isl_sigma(), 1.0),
+            (self.osl_mean, _lognormal_sigma(self.osl_mean, self.osl_p95), 0.5),
+        ):
+            var += (share * mean) ** 2 * math.expm1(sigma * sigma)
+        mean = self.context_mean()
+        if var == 0:
+            return mean
+        sigma2 = math.log1p(var / mean**2)
+        return mean * math.exp(-0.5 * sigma2 + math.sqrt(sigma2) * float(ndtri(q)))
 
     def osl_gap_nodes(self) -> np.ndarray | None:
         """Decode gaps ``o - 1`` at ``TPOT_OUTPUT_NODES`` equal-probability quantiles of the
@@ -463,10 +488,19 @@ class TailModel:
         isl_q = self.lengths.isl_quantile(q) if q != 0.5 else self.lengths.isl_mean
         isl_q = isl_q - (op.isl_tokens - op.prefill_isl_tokens)  # minus the cached prefix
         chunk = np.maximum(op.chunk_tokens, 1.0)
-        prefill_own = self.k.ttft_base * np.ceil(isl_q / chunk) * op.mixed_step.step_s
-        # a request arrives during the step in progress and waits out its rest, uniform over
-        # the step: q of it at quantile q (half on average)
-        base = q * op.pure_step.step_s
+        # n steps of the chunk's cost, the last one carrying only the remainder's tokens (a
+        # 32,000-token prompt in 8,191-token chunks: 3.907 chunks' tokens over 4 steps)
+        pure = op.pure_step.step_s
+        per_chunk = np.maximum(op.mixed_step.step_s - pure, 0.0)
+        prefill_own = self.k.ttft_base * (np.ceil(isl_q / chunk) * pure + isl_q / chunk * per_chunk)
+        # a request that finds the engine stepping (others in flight: 1 - exp(-N) of arrivals,
+        # Poisson) waits out the step's rest, uniform over it; an idle engine starts at once.
+        # The mixture's q-quantile is ``step (1 - (1 - q) / busy)``, its mean ``busy step / 2``
+        busy = -np.expm1(-n_rank)
+        share = np.where(
+            q == 0.5, 0.5 * busy, np.maximum(1.0 - (1.0 - q) / np.maximum(busy, 1e-12), 0.0)
+        )
+        base = share * op.pure_step.step_s
         # the engine's front end holds every request before the scheduler sees it (the
         # simulator and the mean-value chain count it in TTFT too)
         base = base + self.c.frontend_latency_s
@@ -482,8 +516,8 @@ class TailModel:
             rho_c, service_s, self.lengths.isl_sigma(), decay / np.maximum(service_s, 1e-12)
         )
         drawn = self.lengths.isl_sigma() > 0 and q != 0.5
-        cost = self._prompt_cost(op, base, full_step_s, quadratic=drawn)
         cached = op.isl_tokens - op.prefill_isl_tokens
+        cost = self._prompt_cost(op, base, full_step_s, drawn, q, cached)
         if drawn:
             return ttft_quantile(cost, wait, rho_c, self.lengths, cached, q)
         wait_q = wait.quantile(q)
@@ -492,7 +526,9 @@ class TailModel:
         )
         return base + prefill_own + wait_q + co[:, 0]
 
-    def _prompt_cost(self, op, base_s, full_step_s, quadratic: bool) -> PromptCost:
+    def _prompt_cost(
+        self, op, base_s, full_step_s, quadratic: bool, q: float, cached
+    ) -> PromptCost:
         """``PromptCost`` at the operating point: a prompt's cost over the pure step is linear
         in its tokens (GEMMs) plus quadratic (attention over its own context), read off the
         chain's step at the mean prompt and (``quadratic``) at twice it; else linear."""
@@ -502,7 +538,9 @@ class TailModel:
         y1 = np.maximum(op.mixed_step.step_s - pure, 0.0)
         quad = np.zeros_like(y1)
         if quadratic:
-            x2 = 2.0 * np.maximum(op.prefill_isl_tokens, x1)
+            # at the quantile prompt, where the law's answer lies (the step's roofline bends
+            # between: a straight line through a far point would misplace it)
+            x2 = np.maximum(self.lengths.isl_quantile(q) - cached, 1.25 * x1)
             t2 = decode_step(self.c, op.decode_seqs_per_step, op.context_tokens, x2, x2).step_s
             y2 = np.maximum(t2 - pure, y1)
             quad = np.maximum((y2 / x2 - y1 / x1) / (x2 - x1), 0.0)
@@ -529,6 +567,13 @@ class TailModel:
         extra = np.maximum(op.mixed_step.step_s - op.pure_step.step_s, 0.0)
         # the mean-value step without its mixed share: what a request meeting no chunk sees
         unmixed = op.tpot_s * tau - op.mixed_step_fraction * extra
+        # its own context at the q-quantile: attention reads the request's own cache every
+        # step, so a long prompt and output decode slower than the batch's mean sequence
+        longer = self.lengths.context_quantile(q) - self.lengths.context_mean()
+        if longer > 0:
+            seqs = np.maximum(op.decode_seqs_per_step, 1.0)
+            own = decode_step(self.c, op.decode_seqs_per_step, op.context_tokens + longer / seqs)
+            unmixed = unmixed + np.maximum(own.step_s - op.pure_step.step_s, 0.0)
         chunks = np.maximum(op.n_chunks, 1.0)
         free = 1.0 - np.minimum(rho, MAX_BUSY_RHO)
         # mixed steps per busy period, variance-matched: E[C^2] / E[C] = 1 / (1 - rho)^2
