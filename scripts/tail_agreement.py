@@ -353,7 +353,7 @@ def load_candidates(points: list[dict]) -> None:
 FIT_GRID = {
     "tpot_spread": (1.25, 1.4, 1.6, 1.8),
     "tpot_mix": (0.75, 1.0, 1.5),
-    "tpot_busy": (1.5, 2.0, 2.5),
+    "tpot_busy": (1.0, 1.25, 1.5, 2.0, 2.5),
 }
 
 
@@ -495,26 +495,23 @@ def _held_out_line() -> str:
 #: 20 of 224 points disagreeing).
 DISAGREEMENT = [
     "Read off the table below: (1) a KV preemption cliff with 32k prompts (5 points: 95 % "
-    "goodput of 30 s / 250 ms where the KV holds 9-24 such sequences: Qwen3 32B and Llama "
-    "70B on H100, Mistral 7B on A100, Qwen3 8B and 30B-A3B on H200; the analytic rate 20-30"
-    " % high, Qwen3 32B 130 % high, Llama 70B 20 % low). Above a rate the simulator flips "
-    "into a state where the KV is full, the newest sequence is preempted, its recomputed "
-    "prompt keeps the steps mixed, and the queue never drains (Llama 8B on H100, 6,000 "
-    "requests: 65 preemptions at 0.975 req/s, 745 at 1.1, 3,939 at 1.2 with the running "
-    "count pinned at the KV's 30; Qwen3 32B: 249 at 0.10, 17,853 at 0.12). The model's "
-    "condition that the KV hold the in-flight count at the tail's residence "
-    "(`TailModel.max_rate`) brought Llama 8B on H100 and L40S within 10 % (on H100 the "
-    "analytic rate 1.44 -> 1.12 req/s, simulated 1.03), but the flip is metastable and no "
-    "closed form here predicts its rate. (2) 99 % goodput at a 2 s TTFT with 32k prompts (4"
-    " points, -72 % to +16 %, one analytic rate 0): the own prefill is 1.8-2 s of the 2 s, "
-    "so the rate is set by the 1 % of requests that queue behind another prompt, where the "
-    "M/G/1 exponential wait tail is a poor light-load shape (an exact Pollaczek-Khinchine "
-    "series there moved one point). (3) A 20 ms TPOT within a few percent of the pure "
-    "decode step (5 points: Llama 70B on H100, H200 and B200, Qwen3 32B on H100, "
-    "gpt-oss-120b with 32k prompts): a 2-3 % TPOT difference moves the rate 20-50 %; one "
-    "has no simulated rate at all. (4) p99 TPOT of 100 ms (5 points, -13 % to +26 %: Llama "
-    "405B on B200 at three prompt lengths, Llama 70B on H100, Qwen3 32B with 32k prompts) "
-    "and a 95 % goodput point (Llama 405B +10 %)."
+    "goodput of 30 s / 250 ms where the KV holds 9-24 such sequences: Mistral 7B on A100 "
+    "+20 %, Llama 70B on H100 -19 %, Qwen3 32B on H100 +130 %, Qwen3 30B-A3B and 8B on H200 "
+    "+31 % and +20 %). Above a rate the simulator flips into a state where the KV is full, the "
+    "newest sequence is preempted, its recomputed prompt keeps the steps mixed, and the queue "
+    "never drains (Llama 8B on H100, 6,000 requests: 65 preemptions at 0.975 req/s, 745 at "
+    "1.1, 3,939 at 1.2 with the running count pinned at the KV's 30; Qwen3 32B: 249 at 0.10, "
+    "17,853 at 0.12). The model's condition that the KV hold the in-flight count at the "
+    "tail's residence (`TailModel.max_rate`) brought Llama 8B on H100 and L40S within 10 %, "
+    "but the flip is metastable and no closed form here predicts its rate. (2) p99 TPOT of "
+    "100 ms (4 points): Llama 405B on B200 with 1k and 4k prompts (-15 %, -12 %: the model's "
+    "p99 TPOT 104 ms where the simulator's is 76 at 2.6 req/s, its p50 and p90 within 5 %), "
+    "Llama 70B on H100 with 1k prompts (+18 %: near 8 req/s the simulator's batch swings "
+    "from 157 to 302 and its p99 TPOT climbs faster than a Poisson batch's) and Qwen3 32B with "
+    "32k prompts (+20 %). (3) A 20 ms TPOT within a few tenths of a percent of the pure "
+    "decode step (Llama 70B on H100: the simulator's p95 TPOT at no load is 20.00 ms, so it "
+    "meets no rate; the model meets 0.024 req/s). (4) A 95 % goodput point (Llama 405B with 1k "
+    "prompts, +10 %)."
 ]
 
 

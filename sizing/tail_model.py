@@ -17,23 +17,23 @@ Per DP rank at rate ``lam`` (requests/s), prompts of mean ``isl``, outputs of me
   the count in service is close to Poisson(N), so its q-quantile is ``N + a * z_q * sqrt(N)`` and
   the decode steps are taken there (``a = tpot_spread``), with the request's own context at its
   q-quantile (``isl + osl / 2`` over requests; attention reads its own cache every step). On top,
-  the share of the request's
-  decode steps that carry another prompt's chunk (each costs ``t_mixed - t_pure`` more): prompts
-  that reach the engine while the request waits and prefills are queued behind it and prefilled
-  during its decode, and so are those arriving during its pure decode steps; each such arrival
-  starts a busy period of the prefill queue (rho its load) that prefills ``1 / (1 - rho)`` prompts
-  on average with ``E[C^2] = 1 / (1 - rho)^3`` (M/D/1's busy period), ``n_chunks`` mixed steps
-  each. The count of mixed steps a request meets is that compound Poisson sum, taken as a Poisson
-  count of clusters of ``d n_chunks (1 + cs^2) / (1 - rho)^e`` steps with the same mean (variance
-  matched at ``d = tpot_mix = 1``, ``e = tpot_busy = 2``; the fit keeps d and takes e = 1.5, a
-  request's decode window cutting the longest busy periods short). Its q-quantile over requests is
-  solved on the mixture over the output-length distribution (a request of ``o`` tokens shares the
-  steps over ``o - 1`` gaps; short outputs make the tail), and the window before the first token
-  is the q-quantile TTFT (a long wait is a busy period). A request that meets no cluster sees the
-  unmixed step: where fewer than ``1 - q`` of requests meet one, that is the tail. Llama 3.1 70B
-  fp8 TP2 on H100, 32k prompts, 0.091 req/s: simulated p99 TPOT 91 ms (48,000 requests), this
-  model 89 ms, the Normal spread around the mean mixed share it replaced 124 ms (Llama 3.1 405B on
-  B200 at 0.004 req/s: 45, 28 and 95 ms).
+  the share of the request's decode steps that carry another prompt's chunk (each costs
+  ``t_mixed - t_pure`` more): prompts that reach the engine while the request waits and prefills
+  are queued behind it and prefilled during its decode, and so are those arriving during its pure
+  decode steps; each such arrival starts a busy period of the prefill queue (rho its load) that
+  prefills ``1 / (1 - rho)`` prompts on average with ``E[C^2] = 1 / (1 - rho)^3`` (M/D/1's busy
+  period), ``n_chunks`` mixed steps each. The count of mixed steps a request meets is that
+  compound Poisson sum, taken as a Poisson count of clusters of
+  ``d n_chunks (1 + cs^2) / (1 - rho)^e`` steps with the same mean (variance matched at
+  ``d = tpot_mix = 1``, ``e = tpot_busy = 2``; the fit takes d = 1.5 and e = 1, a cluster of 1.5
+  mean busy periods: a request's decode window cuts the longest short). Its q-quantile over
+  requests is solved on the mixture over the output-length distribution (a request of ``o`` tokens
+  shares the steps over ``o - 1`` gaps; short outputs make the tail), and the window before the
+  first token is the q-quantile TTFT (a long wait is a busy period). A request that meets no
+  cluster sees the unmixed step: where fewer than ``1 - q`` of requests meet one, that is the
+  tail. Llama 3.1 70B fp8 TP2 on H100, 32k prompts, 0.091 req/s: simulated p99 TPOT 91 ms (48,000
+  requests), this model 96 ms, the Normal spread around the mean mixed share it replaced 124 ms
+  (Llama 3.1 405B on B200 at 0.004 req/s: 45, 30 and 95 ms).
 - TTFT at quantile q: the engine's front-end latency, the rest of the step in progress when the
   request arrives (uniform over a decode step for the ``1 - exp(-N)`` of arrivals that find the
   engine stepping; an idle engine starts at once), (an engine that polls for requests every
@@ -112,14 +112,16 @@ class TailConstants:
 
     # fitted by scripts/tail_agreement.py (docs/tail-agreement.md) against the simulator at
     # 48,000 requests per probe, by the most grid points sized within 10 % or 1 replica: the
-    # batch's spread and the busy period's exponent (the physics' 2 holds for a whole busy
-    # period; a request's decode window cuts the long ones short, and the grid takes 1.5);
-    # the cluster's scale stays at the physics' 1, as the two TTFT terms stay at theirs
+    # batch's spread (Poisson's 1 would ignore that a larger batch decodes slower and stays
+    # longer), the cluster's scale and the busy period's exponent (the physics' 1 and 2 hold
+    # for a whole busy period counted in prompts; a request's decode window cuts the long
+    # ones short, and the grid takes 1.5 and 1: a cluster is 1.5 mean busy periods); the two
+    # TTFT terms stay at the physics' 1
     tpot_spread: float = 1.6
     ttft_wait: float = 1.0
     ttft_base: float = 1.0
-    tpot_mix: float = 1.0
-    tpot_busy: float = 1.5
+    tpot_mix: float = 1.5
+    tpot_busy: float = 1.0
     source: str = "fit to the simulator on the grid of scripts/tail_agreement.py"
 
 
