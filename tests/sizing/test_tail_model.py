@@ -29,9 +29,10 @@ def test_mm1_wait_tail_is_exact():
     rho = np.array([0.1, 0.5, 0.9, 0.99])
     # when the Cramer-Lundberg decay and weight are solved
     decay, weight = mg1_wait_tail(rho, 1.0)
-    # then they are M/M/1's: P(wait > t) = rho exp(-(1 - rho) t / D)
-    np.testing.assert_allclose(decay, 1.0 - rho, rtol=1e-9)
-    np.testing.assert_allclose(weight, rho, rtol=1e-9)
+    # then they are M/M/1's: P(wait > t) = rho exp(-(1 - rho) t / D) (to the bisection's 1e-9
+    # of the decay's range)
+    np.testing.assert_allclose(decay, 1.0 - rho, rtol=1e-6)
+    np.testing.assert_allclose(weight, rho, rtol=1e-6)
 
 
 def test_md1_at_light_load_decays_twice_as_fast_as_heavy_traffic_says():
@@ -199,10 +200,10 @@ def test_the_ttft_quantile_of_drawn_prompts_is_the_quantile_of_the_sum():
     lengths, cost, q = Lengths(1000, 300, 3000, None), _cost(), 0.95
     wait, rho = _exponential_wait(0.3, 5.0), np.array([0.3])
     quiet = _exponential_wait(0.0, 5.0)
-    # when nothing waits, the quantile is the q-quantile prompt's own time (64 bins, the CDF
+    # when nothing waits, the quantile is the q-quantile prompt's own time (48 bins, the CDF
     # linear within each)
     alone = ttft_quantile(cost, quiet, np.zeros(1), lengths, np.zeros(1), q)[0]
-    assert alone == pytest.approx(0.06 + 1e-4 * lengths.isl_quantile(q), rel=0.01)  # 0.6 %
+    assert alone == pytest.approx(0.06 + 1e-4 * lengths.isl_quantile(q), rel=0.01)  # 0.4 %
     # then with the wait it matches a million-draw Monte Carlo of the same law (the wait's
     # co-scheduled work included), and lies below the sum of the two quantiles
     rng = np.random.default_rng(7)
@@ -229,6 +230,6 @@ def test_long_drawn_prompts_wait_and_share_steps_as_the_simulator_has_them():
         run = Replica(c, isl, osl, traffic, Slo(500, 20, 95), 3, 6000).run(rate)
         simulated = np.percentile(run.ttft_s[run.measured], 95)
         analytic = model.at_rate(np.array([rate]), quantiles=(0.95,)).ttft_s[0.95][0]
-        # then they agree within 10 % (+6.9, +3.7, -0.4, -3.0 %; the sum of the own and wait
+        # then they agree within 10 % (+3.1, +3.0, -0.1, -2.7 %; the sum of the own and wait
         # quantiles was 12.3, 12.6, 6.9, 2.0 % high)
         assert analytic == pytest.approx(simulated, rel=0.10), rate
