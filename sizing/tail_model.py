@@ -248,7 +248,7 @@ class WaitLaw:
     exponential tail of ``mg1_wait_tail`` at ``rate``."""
 
     step_s: np.ndarray  # the grid's spacing per row
-    survival: np.ndarray  # rows x (WAIT_GRID + 1): P(wait > k step_s)
+    survival: np.ndarray  # rows x (WAIT_GRID + 1): P(wait > t) at t = 0 and (j - 1/2) step_s
     rate: np.ndarray  # 1/s: the tail's decay beyond the grid
 
     @classmethod
@@ -257,8 +257,9 @@ class WaitLaw:
         else it waits out the residual ``R`` of the prompt in service and then, as that
         prompt did, a wait of the same law: ``W = 0`` (``1 - rho``) or ``R + W'`` (``rho``),
         with ``P(R > t) = E[(S - t)+] / E[S]`` for the service ``S`` (lognormal of mean
-        ``mean_s`` and log-sd ``sigma``; fixed at sigma 0). On a grid of ``WAIT_GRID`` bins
-        over ``WAIT_GRID_RESIDUALS`` mean residuals the renewal equation is a recursion."""
+        ``mean_s`` and log-sd ``sigma``; fixed at sigma 0). On a grid of ``WAIT_GRID`` points
+        over ``WAIT_GRID_RESIDUALS`` mean residuals the renewal equation is a power series'
+        inverse."""
         rho = np.asarray(rho, dtype=np.float64)
         mean_s = np.maximum(np.asarray(mean_s, dtype=np.float64), 1e-12)
         cs2 = math.exp(sigma * sigma) - 1.0
