@@ -367,21 +367,28 @@ class PromptCost:
         work = x * self.per_token_s[:, None] + x * x * self.per_token2_s[:, None]
         return self.base_s[:, None] + steps * self.step_s[:, None] + work
 
+    def lead_and_room_s(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For prompts of ``x`` prefilled tokens (rows x nodes, s): how long its earlier
+        chunks run before its last step, and the time the room its last chunk leaves holds."""
+        steps = np.ceil(np.maximum(x, 1.0) / self.room[:, None])
+        lead = (steps - 1.0) * self.full_step_s[:, None]
+        free = np.maximum(steps * self.room[:, None] - x, 0.0) * self.mean_per_token_s[:, None]
+        return lead, free
+
     def co_scheduled_s(self, x: np.ndarray, wait_s: np.ndarray, rho: np.ndarray) -> np.ndarray:
         """Other prompts' work in the request's last prefill step (rows x nodes, s): the
         prompts that arrive while it waits and while its earlier chunks run (``rho`` s of
         prefill work per s) are scheduled behind it in the same step, up to the room its
         last chunk leaves; that step lasts until their tokens are done too."""
-        steps = np.ceil(np.maximum(x, 1.0) / self.room[:, None])
-        window = wait_s + (steps - 1.0) * self.full_step_s[:, None]
-        free = np.maximum(steps * self.room[:, None] - x, 0.0) * self.mean_per_token_s[:, None]
-        return np.minimum(rho[:, None] * window, free)
+        lead, free = self.lead_and_room_s(x)
+        return np.minimum(rho[:, None] * (wait_s + lead), free)
 
 
 def prompt_law_nodes(lengths: Lengths, cached: np.ndarray):
     """Prefilled tokens of a drawn prompt on ``OWN_LAW_NODES`` bins evenly spaced in the
     Normal score over +-``OWN_LAW_Z`` (fine in the tail): the bins' edges and midpoints
-    (rows x bins) and each bin's probability (the tails beyond fold into the end bins)."""
+    (rows x bins), each bin's probability (the tails beyond fold into the end bins) and the
+    edges' scores."""
     z = np.linspace(-OWN_LAW_Z, OWN_LAW_Z, OWN_LAW_NODES + 1)
     cdf = ndtr(z)
     cdf[0], cdf[-1] = 0.0, 1.0
@@ -391,7 +398,7 @@ def prompt_law_nodes(lengths: Lengths, cached: np.ndarray):
     def tokens(score):
         return np.maximum(np.exp(mu + sigma * score)[None, :] - cached[:, None], 0.0)
 
-    return tokens(z), tokens(0.5 * (z[1:] + z[:-1])), np.diff(cdf)[None, :]
+    return tokens(z), tokens(0.5 * (z[1:] + z[:-1])), np.diff(cdf)[None, :], z[None, :]
 
 
 def ttft_quantile(cost: PromptCost, wait: WaitLaw, rho, lengths: Lengths, cached, q: float):
@@ -401,22 +408,19 @@ def ttft_quantile(cost: PromptCost, wait: WaitLaw, rho, lengths: Lengths, cached
     Not the sum of the terms' q-quantiles: that is the quantile only when long prompts
     always wait longest. Solves ``P(TTFT > t) = 1 - q`` by bisection on t; within a bin
     the no-wait TTFT is spread evenly between its edges' (the CDF interpolated linearly)."""
-    edges, mids, mass = prompt_law_nodes(lengths, cached)
+    edges, mids, mass, z = prompt_law_nodes(lengths, cached)
     at_edges = cost.own_s(edges) + cost.co_scheduled_s(edges, np.zeros_like(edges), rho)
     lo_e = np.minimum(at_edges[:, :-1], at_edges[:, 1:])
     hi_e = np.maximum(at_edges[:, :-1], at_edges[:, 1:])
     own = cost.own_s(mids)
     # co = min(rho (wait + lead), cap): the wait w* at which TTFT reaches t solves a
     # piecewise-linear equation, on the linear piece or the capped one
-    steps = np.ceil(np.maximum(mids, 1.0) / cost.room[:, None])
-    lead = (steps - 1.0) * cost.full_step_s[:, None]
-    cap = np.maximum(steps * cost.room[:, None] - mids, 0.0) * cost.mean_per_token_s[:, None]
+    lead, cap = cost.lead_and_room_s(mids)
     r = rho[:, None]
     waits_at_all = wait.exceeds(np.zeros_like(own))
     # bracket: the q-quantile prompt without waiting is passed by at least 1 - q of requests;
     # the prompt and the wait each at 1 - (1 - q) / 2 pass at most 1 - q together
     # (on the edges either side of the two quantiles: the bins' own spread)
-    z = np.linspace(-OWN_LAW_Z, OWN_LAW_Z, OWN_LAW_NODES + 1)[None, :]
     bin_z = 2.0 * OWN_LAW_Z / OWN_LAW_NODES
     deeper = 1.0 - 0.5 * (1.0 - q)
     lo = np.min(np.where(z >= ndtri(q) - bin_z, at_edges, np.inf), axis=1)
@@ -522,9 +526,10 @@ class TailModel:
         # Poisson) waits out the step's rest, uniform over it; an idle engine starts at once.
         # The mixture's q-quantile is ``step (1 - (1 - q) / busy)``, its mean ``busy step / 2``
         busy = -np.expm1(-n_rank)
-        share = np.where(
-            q == 0.5, 0.5 * busy, np.maximum(1.0 - (1.0 - q) / np.maximum(busy, 1e-12), 0.0)
-        )
+        if q == 0.5:
+            share = 0.5 * busy
+        else:
+            share = np.maximum(1.0 - (1.0 - q) / np.maximum(busy, 1e-12), 0.0)
         base = share * op.pure_step.step_s
         # the engine's front end holds every request before the scheduler sees it (the
         # simulator and the mean-value chain count it in TTFT too)
@@ -536,13 +541,13 @@ class TailModel:
             return base + prefill_own
         rho_c = np.minimum(rho, 0.999)
         service_s = self.k.ttft_wait * op.prefill_isl_tokens / mu_tokens
-        decay, weight = mg1_wait_tail(rho_c, self.isl_cs2)
+        decay, _ = mg1_wait_tail(rho_c, self.isl_cs2)  # the tail's decay beyond the grid
         wait = WaitLaw.solve(
             rho_c, service_s, self.lengths.isl_sigma(), decay / np.maximum(service_s, 1e-12)
         )
         drawn = self.lengths.isl_sigma() > 0 and q != 0.5
         cached = op.isl_tokens - op.prefill_isl_tokens
-        cost = self._prompt_cost(op, base, full_step_s, drawn, q, cached)
+        cost = self._prompt_cost(op, base, full_step_s, isl_q if drawn else None)
         if drawn:
             return ttft_quantile(cost, wait, rho_c, self.lengths, cached, q)
         wait_q = wait.quantile(q)
@@ -551,21 +556,20 @@ class TailModel:
         )
         return base + prefill_own + wait_q + co[:, 0]
 
-    def _prompt_cost(
-        self, op, base_s, full_step_s, quadratic: bool, q: float, cached
-    ) -> PromptCost:
+    def _prompt_cost(self, op, base_s, full_step_s, quantile_tokens) -> PromptCost:
         """``PromptCost`` at the operating point: a prompt's cost over the pure step is linear
         in its tokens (GEMMs) plus quadratic (attention over its own context), read off the
-        chain's step at the mean prompt and (``quadratic``) at twice it; else linear."""
+        chain's step at the mean prompt and at ``quantile_tokens`` prefilled (the quantile
+        prompt's; None: linear only)."""
         budget = self.c.max_num_batched_tokens
         pure = op.pure_step.step_s
         x1 = np.maximum(np.maximum(op.chunk_tokens, op.prefill_tokens_per_step), 1.0)
         y1 = np.maximum(op.mixed_step.step_s - pure, 0.0)
         quad = np.zeros_like(y1)
-        if quadratic:
+        if quantile_tokens is not None:
             # at the quantile prompt, where the law's answer lies (the step's roofline bends
             # between: a straight line through a far point would misplace it)
-            x2 = np.maximum(self.lengths.isl_quantile(q) - cached, 1.25 * x1)
+            x2 = np.maximum(quantile_tokens, 1.25 * x1)
             t2 = decode_step(self.c, op.decode_seqs_per_step, op.context_tokens, x2, x2).step_s
             y2 = np.maximum(t2 - pure, y1)
             quad = np.maximum((y2 / x2 - y1 / x1) / (x2 - x1), 0.0)
