@@ -314,6 +314,10 @@ class MemoryFit:
     def weights_gb_per_gpu(self) -> np.ndarray:
         return self.weights_bytes_per_gpu / GB
 
+    def take(self, rows: np.ndarray) -> MemoryFit:
+        """The verdict of ``rows`` only (an index array, as ``CandidateArrays.take``)."""
+        return MemoryFit(**{k: np.asarray(v)[rows] for k, v in vars(self).items()})
+
     def reason(self, c: CandidateArrays, i: int) -> str:
         """Why row ``i`` does not fit, with its numbers ('' when it fits)."""
         return reason_text(c, self, i)

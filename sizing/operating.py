@@ -233,7 +233,7 @@ def closed_loop(
         )
     rows = np.flatnonzero(scan)
     if len(rows):
-        sub_fit = _take_fit(fit, rows)
+        sub_fit = fit.take(rows)
         best[rows] = max_throughput_batch(
             c.take(rows), sub_fit, isl[rows], osl[rows], admitted[rows], waves=~blank[rows],
             coherence=coherence[rows],
@@ -323,7 +323,7 @@ def with_open_loop_rows(
         return op
     requests = np.broadcast_to(np.asarray(run_requests, dtype=np.float64), (n,))
     part = open_loop(
-        c.take(rows), _take_fit(fit, rows), np.broadcast_to(isl, (n,))[rows],
+        c.take(rows), fit.take(rows), np.broadcast_to(isl, (n,))[rows],
         np.broadcast_to(osl, (n,))[rows], rate[rows], requests[rows],
     )  # fmt: skip
     return scatter_rows(op, rows, part, n)
@@ -343,11 +343,6 @@ def scatter_rows(full, rows: np.ndarray, part, n: int):
     out = np.array(np.broadcast_to(full, (n,)), copy=True)
     out[rows] = part
     return out
-
-
-def _take_fit(fit: MemoryFit, rows: np.ndarray) -> MemoryFit:
-    """The memory fit of ``rows`` only (the rows a scan works on)."""
-    return MemoryFit(**{k: np.asarray(v)[rows] for k, v in vars(fit).items()})
 
 
 #: A fixed-concurrency row is searched for its envelope only where 5 % fewer sequences run
@@ -373,7 +368,7 @@ def _past_the_peak(
     if len(rows) == 0:
         return past
     sub = c.take(rows)
-    sub_fit = _take_fit(fit, rows)
+    sub_fit = fit.take(rows)
     at = admitted[rows]
     fewer = np.maximum(np.floor(at * PEAK_CHECK_FRACTION), 1.0)
     args = (sub, sub_fit, isl[rows], osl[rows])
@@ -421,7 +416,7 @@ def max_throughput_batch(
     if len(inner) == 0:
         return best_b
     sub = c.take(inner)
-    sub_fit = _take_fit(fit, inner)
+    sub_fit = fit.take(inner)
     rows = np.arange(len(inner))
     b, x = best_b[inner], rates[k[inner], inner]
     t = top[inner]
@@ -446,7 +441,7 @@ def _rates_at(c, fit, isl, osl, b_max, waves, coherence, rows, batches) -> np.nd
     points = batches.shape[0]
     every = np.tile(rows, points)
     op = _operating_point(
-        c.take(every), _take_fit(fit, every), isl[every], osl[every], batches.reshape(-1),
+        c.take(every), fit.take(every), isl[every], osl[every], batches.reshape(-1),
         b_max[every], waves=waves[every], coherence=coherence[every],
     )  # fmt: skip
     return op.requests_per_s.reshape(points, len(rows))
