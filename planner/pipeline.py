@@ -18,7 +18,8 @@
    the recommendation says so.
 
 A Celery run spreads each round's searches over the workers (a chord of
-``simulate_candidate`` tasks, each putting its search in the cache), then its callback runs
+``simulate_candidates`` tasks, shares of up to three searches, each putting its searches in
+the cache), then its callback runs
 ``simulate_round`` on the round's rows, which finds every search in the cache and re-sizes
 the rows in one chain call; ``plan`` runs ``simulate_round`` in-process. Both call these
 functions.

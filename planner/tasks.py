@@ -139,7 +139,7 @@ def _save_batch(run_id: int, batch_index: int, values: list[dict]) -> None:
 
 @shared_task(**TASK_OPTIONS)
 def aggregate_run(run_id: int, searched: list[str] | None = None) -> None:
-    """After the batches: one round of tail simulations (a chord of ``simulate_candidate``
+    """After the batches: one round of tail simulations (a chord of ``simulate_candidates``
     over the workers, then this task again with the round's keys, ``searched``, whose rows it
     re-sizes from the cached searches in one chain call), or, when nothing is left to
     simulate, rank and finish the run. A round whose searches are all cached already (a
@@ -159,7 +159,7 @@ def aggregate_run(run_id: int, searched: list[str] | None = None) -> None:
         SizingRun.objects.filter(pk=run_id).update(heartbeat_at=timezone.now())
         missing = pipeline.not_cached(run.inputs, keys, DatabaseCache())
         if missing:
-            chord(simulate_candidate.s(run_id, key) for key in missing)(
+            chord(simulate_candidates.s(run_id, share) for share in search_shares(missing))(
                 aggregate_run.si(run_id, keys)
             )
             return
@@ -236,37 +236,55 @@ def _selection_rows(run: SizingRun, fields=SELECTION_FIELDS) -> list[dict]:
     ]
 
 
+#: A round's searches go to the workers in shares of up to this many (a task's own reads,
+#: writes and chord count cost ~10 ms through a worker, half a search) ...
+SEARCHES_PER_TASK = 3
+#: ... in as many shares as this at least, so four workers share a small round.
+MIN_SEARCH_TASKS = 4
+
+
+def search_shares(keys: list[str]) -> list[list[str]]:
+    """``keys`` in contiguous shares of nearly equal size: ``ceil(n / SEARCHES_PER_TASK)``
+    of them, and ``min(n, MIN_SEARCH_TASKS)`` at least (12 keys: 4 of 3; 7: 2, 2, 2, 1)."""
+    count = min(len(keys), max(-(-len(keys) // SEARCHES_PER_TASK), MIN_SEARCH_TASKS))
+    return [keys[i * len(keys) // count : (i + 1) * len(keys) // count] for i in range(count)]
+
+
 @shared_task(ignore_result=False, **TASK_OPTIONS)
-def simulate_candidate(run_id: int, candidate_key: str) -> int:
-    """Run one candidate's tail search into the simulation cache; the round's callback
+def simulate_candidates(run_id: int, candidate_keys: list[str]) -> int:
+    """Run a share of a round's tail searches into the simulation cache; the round's callback
     (``aggregate_run``) re-sizes the round's rows from it. A search that fails saves the
     analytic row with the reason (it stays unsimulated). Idempotent: a row already simulated,
-    or whose simulation failed, is left alone, and a cached search is not run again. Returns
-    1 when it searched."""
+    or whose simulation failed, is left alone, and a cached search is not run again (a
+    re-delivered share repeats only the searches it had not cached). Returns how many rows
+    it searched."""
     run = SizingRun.objects.filter(pk=run_id).only("status", "created_at").first()
     if run is None or run.is_finished:
         return 0
     inputs = _run_inputs(run)
-    row = CandidateResult.objects.filter(run_id=run_id, candidate_key=candidate_key).first()
-    if row is None or row.latency_source == "simulated" or row.derivation.get("simulation_error"):
-        return 0
-    index = next(i for i, c in enumerate(inputs["candidates"]) if c["key"] == candidate_key)
-    current = _row_dict(row)
-    try:
-        pipeline.search(inputs, index, current, DatabaseCache())
-    except TRANSIENT_DB_ERRORS:
-        raise  # retried (TASK_OPTIONS): the search is cached or runs again
-    except Exception as exc:  # noqa: BLE001 - a simulator bug must not fail the run
-        _save_values(row, current, pipeline.with_reason(current, exc))
+    index = {c["key"]: i for i, c in enumerate(inputs["candidates"])}
+    rows = CandidateResult.objects.filter(run_id=run_id, candidate_key__in=candidate_keys)
+    searched = 0
+    for row in sorted(rows, key=lambda r: candidate_keys.index(r.candidate_key)):
+        if row.latency_source == "simulated" or row.derivation.get("simulation_error"):
+            continue
+        current = _row_dict(row)
+        try:
+            pipeline.search(inputs, index[row.candidate_key], current, DatabaseCache())
+        except TRANSIENT_DB_ERRORS:
+            raise  # retried (TASK_OPTIONS): the searches cached are not run again
+        except Exception as exc:  # noqa: BLE001 - a simulator bug must not fail the run
+            _save_values(row, current, pipeline.with_reason(current, exc))
+        searched += 1
     SizingRun.objects.filter(pk=run_id).update(
-        progress=Least(Greatest(F("progress") + 1, BATCHES_PROGRESS), TAILS_PROGRESS),
+        progress=Least(Greatest(F("progress") + searched, BATCHES_PROGRESS), TAILS_PROGRESS),
         heartbeat_at=timezone.now(),
     )
-    return 1
+    return searched
 
 
 #: The inputs of the last runs this worker process served, by (run, creation time): a run's
-#: inputs never change once saved, and each of a sweep's ~190 simulation tasks read its
+#: inputs never change once saved, and each of a sweep's ~60 search tasks read its
 #: ~300 KB of JSON again otherwise. Callers must not change them.
 _INPUTS: OrderedDict[tuple[int, object], dict] = OrderedDict()
 INPUTS_KEPT = 4

@@ -165,7 +165,7 @@ def test_a_rerun_of_cached_searches_sends_no_simulation_task(catalog, monkeypatc
     second = sizing_run_start(scenario=make_scenario(**SMALL))
     # then every round is re-sized in the aggregation task itself, and the rows are the same
     assert second.status == SizingRun.Status.SUCCEEDED, second.error
-    assert not any(name.endswith("simulate_candidate") for name in sent), sent
+    assert not any(name.endswith("simulate_candidates") for name in sent), sent
     strip = lambda rows: {k: {f: v[f] for f in COMPARED} for k, v in rows.items()}  # noqa: E731
     assert strip(_rows(first)) == strip(_rows(second))
     assert second.results.filter(latency_source="simulated").count() > 0
