@@ -245,7 +245,7 @@ MIN_SEARCH_TASKS = 4
 
 def search_shares(keys: list[str]) -> list[list[str]]:
     """``keys`` in contiguous shares of nearly equal size: ``ceil(n / SEARCHES_PER_TASK)``
-    of them, and ``min(n, MIN_SEARCH_TASKS)`` at least (12 keys: 4 of 3; 7: 2, 2, 2, 1)."""
+    of them, and ``min(n, MIN_SEARCH_TASKS)`` at least (12 keys: 4 of 3; 7: 1, 2, 2, 2)."""
     count = min(len(keys), max(-(-len(keys) // SEARCHES_PER_TASK), MIN_SEARCH_TASKS))
     return [keys[i * len(keys) // count : (i + 1) * len(keys) // count] for i in range(count)]
 

@@ -700,8 +700,9 @@ class TailModel:
         _find_roots(margin, low, high, ok_low & ~ok_high)
         # the same ceiling as the simulated search: the closed-loop saturation throughput
         ceiling = self.saturation_rps() / self.c.dp
-        lam = np.where(ok_high, ceiling, np.where(ok_low, np.minimum(best_lam, ceiling), 0.0))
-        binding = np.where(ok_high, "throughput", above).astype(object)
+        capped = ok_high | (best_lam >= ceiling)  # the ceiling binds before the SLO
+        lam = np.where(capped, ceiling, np.where(ok_low, best_lam, 0.0))
+        binding = np.where(capped, "throughput", above).astype(object)
         binding = np.where(ok_low, binding, at_low)
         fits = self.fit.fits
         return np.where(fits, lam * self.c.dp, 0.0), np.where(fits, binding, "")
