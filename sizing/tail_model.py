@@ -50,11 +50,12 @@ Per DP rank at rate ``lam`` (requests/s), prompts of mean ``isl``, outputs of me
   not to rho, as the load falls. Prompts that arrive
   while the request waits and while its earlier chunks run are scheduled behind it in the same
   step, up to the room its last chunk leaves, so that step lasts ``rho`` s longer per s of that
-  window (``PromptCost.co_scheduled_s``). The own prefill of a fixed prompt is ``n`` steps, the
-  chunks' tokens at the chunk step's cost over the pure step, the last chunk holding only the
-  remainder (``n t_pure + isl / chunk (t_mixed - t_pure)``); for drawn prompt lengths ``n(x)``
-  steps of ``x`` tokens at a cost linear (GEMMs) plus quadratic (attention) in x, read off the
-  chain's step at the mean and the q-quantile prompt, and the q-quantile of the sum of own, wait
+  window (``PromptCost.co_scheduled_s``). The own prefill of ``x`` prompt tokens is one formula
+  (``PromptCost.own_s``): ``n(x)`` steps (``x`` over the room the decodes leave) plus the
+  tokens' own cost over the pure step, the mixed step's extra time per prompt token it carries
+  (so the last chunk costs only its remainder's tokens), for drawn prompt lengths linear
+  (GEMMs) plus quadratic (attention) in x, read off the chain's step at the mean and the
+  q-quantile prompt; for drawn lengths TTFT is the q-quantile of the sum of own, wait
   and joined work over the prompt law (``ttft_quantile``), not the sum of their q-quantiles,
   which is the quantile only when the longest prompts always wait longest (Llama 3.1 70B fp8 TP8
   on B200, prompts of mean 4,000 tokens (p95 8,000), 1 req/s: simulated p95 TTFT 466 ms, this
@@ -549,12 +550,6 @@ class TailModel:
         prompt's last step (the module docstring); ``lam`` None: the mean without waiting."""
         isl_q = self.lengths.isl_quantile(q) if q != 0.5 else self.lengths.isl_mean
         isl_q = isl_q - (op.isl_tokens - op.prefill_isl_tokens)  # minus the cached prefix
-        chunk = np.maximum(op.chunk_tokens, 1.0)
-        # n steps of the chunk's cost, the last one carrying only the remainder's tokens (a
-        # 32,000-token prompt in 8,191-token chunks: 3.907 chunks' tokens over 4 steps)
-        pure = op.pure_step.step_s
-        per_chunk = np.maximum(op.mixed_step.step_s - pure, 0.0)
-        prefill_own = self.k.ttft_base * (np.ceil(isl_q / chunk) * pure + isl_q / chunk * per_chunk)
         # a request that finds the engine stepping (others in flight: 1 - exp(-N) of arrivals,
         # Poisson) waits out the step's rest, uniform over it; an idle engine starts at once.
         # The mixture's q-quantile is ``step (1 - (1 - q) / busy)``, its mean ``busy step / 2``
@@ -571,7 +566,8 @@ class TailModel:
         # 0..k-1 steps (``operating.recv_wait_s`` is its mean): the q-quantile is 2q x the mean
         base = base + 2.0 * q * recv_wait_s(self.c, n_rank, op.pure_step.step_s)
         if lam is None:
-            return base + prefill_own
+            own = self._prompt_cost(op, base, op.pure_step.step_s, None)
+            return own.own_s(np.broadcast_to(isl_q, base.shape)[:, None])[:, 0]
         rho_c = np.minimum(rho, 0.999)
         service_s = self.k.ttft_wait * op.prefill_isl_tokens / mu_tokens
         decay, _ = mg1_wait_tail(rho_c, self.isl_cs2)  # the tail's decay beyond the grid
@@ -587,13 +583,15 @@ class TailModel:
         co = cost.co_scheduled_s(
             np.broadcast_to(isl_q, base.shape)[:, None], wait_q[:, None], rho_c
         )
-        return base + prefill_own + wait_q + co[:, 0]
+        own = cost.own_s(np.broadcast_to(isl_q, base.shape)[:, None])[:, 0]
+        return own + wait_q + co[:, 0]
 
     def _prompt_cost(self, op, base_s, full_step_s, quantile_tokens) -> PromptCost:
         """``PromptCost`` at the operating point: a prompt's cost over the pure step is linear
         in its tokens (GEMMs) plus quadratic (attention over its own context), read off the
         chain's step at the mean prompt and at ``quantile_tokens`` prefilled (the quantile
-        prompt's; None: linear only)."""
+        prompt's; None, a fixed prompt or the mean: linear only). ``full_step_s`` serves the
+        joined work only (``co_scheduled_s``)."""
         budget = self.c.max_num_batched_tokens
         pure = op.pure_step.step_s
         x1 = np.maximum(np.maximum(op.chunk_tokens, op.prefill_tokens_per_step), 1.0)
