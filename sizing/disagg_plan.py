@@ -157,11 +157,12 @@ def search_layouts(
     pairs: list[tuple[int, int, int]] = []
     mine: list[list[int]] = []
     for i, c in enumerate(cands):
-        tps = tp_options(c, allowed[i])
-        layouts = [(p, d) for p in tps for d in tps]
         g = given[i]
-        if g is not None and (g.prefill_tp, g.decode_tp) not in layouts:
-            layouts.append((g.prefill_tp, g.decode_tp))
+        tps = tp_options(c, allowed[i])
+        # the tail stage's layout alone where it is given (a pair's sizing is its own)
+        layouts = (
+            [(g.prefill_tp, g.decode_tp)] if g is not None else [(p, d) for p in tps for d in tps]
+        )
         mine.append(list(range(len(pairs), len(pairs) + len(layouts))))
         pairs += [(i, p, d) for p, d in layouts]
     if not pairs:
