@@ -158,11 +158,11 @@ def search_layouts(
     mine: list[list[int]] = []
     for i, c in enumerate(cands):
         g = given[i]
-        tps = tp_options(c, allowed[i])
-        # the tail stage's layout alone where it is given (a pair's sizing is its own)
-        layouts = (
-            [(g.prefill_tp, g.decode_tp)] if g is not None else [(p, d) for p in tps for d in tps]
-        )
+        if g is not None:  # the tail stage's layout alone (a pair's sizing is its own)
+            layouts = [(g.prefill_tp, g.decode_tp)]
+        else:
+            tps = tp_options(c, allowed[i])
+            layouts = [(p, d) for p in tps for d in tps]
         mine.append(list(range(len(pairs), len(pairs) + len(layouts))))
         pairs += [(i, p, d) for p, d in layouts]
     if not pairs:

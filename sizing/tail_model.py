@@ -445,20 +445,19 @@ def ttft_quantile(cost: PromptCost, wait: WaitLaw, rho, lengths: Lengths, cached
     return hi
 
 
-def _find_roots(f, low: np.ndarray, high: np.ndarray, open_rows: np.ndarray) -> np.ndarray:
-    """Per row where ``open_rows``, the root of ``f(x, rows)`` between ``low`` and ``high``
-    (its signs differ there), within ``N_RTOL`` of x: Chandrupatla's method (scipy), which
-    calls ``f`` on the rows still open only (``rows``: their indices, so ``f`` can evaluate
-    those rows alone: a row's cost is its own). NaN on the other rows."""
-    out = np.full(len(low), np.nan)
+def _search_roots(f, low: np.ndarray, high: np.ndarray, open_rows: np.ndarray) -> None:
+    """Per row where ``open_rows``, search the root of ``f(x, rows)`` between ``low`` and
+    ``high`` (its signs differ there) to within ``N_RTOL`` of x by Chandrupatla's method
+    (scipy), which calls ``f`` on the rows still open only (``rows``: their indices, so ``f``
+    can evaluate those rows alone: a row's cost is its own). ``f`` keeps what it needs of the
+    points it is called at (``TailModel.max_rate`` the largest meeting the SLO, not the
+    interpolated root)."""
     rows = np.flatnonzero(open_rows)
     if len(rows):
-        found = find_root(
+        find_root(
             f, (low[rows], high[rows]), args=(rows,),
             tolerances={"xrtol": N_RTOL, "xatol": 0.0, "fatol": 0.0, "frtol": 0.0},
         )  # fmt: skip
-        out[rows] = found.x
-    return out
 
 
 def _lognormal_sigma(mean: float, p95: float | None) -> float:
@@ -565,9 +564,10 @@ class TailModel:
         # an engine polling every k decode steps receives a request after a wait uniform over
         # 0..k-1 steps (``operating.recv_wait_s`` is its mean): the q-quantile is 2q x the mean
         base = base + 2.0 * q * recv_wait_s(self.c, n_rank, op.pure_step.step_s)
+        prompt = np.broadcast_to(isl_q, base.shape)[:, None]  # rows x 1 prefilled tokens
         if lam is None:
             own = self._prompt_cost(op, base, op.pure_step.step_s, None)
-            return own.own_s(np.broadcast_to(isl_q, base.shape)[:, None])[:, 0]
+            return own.own_s(prompt)[:, 0]
         rho_c = np.minimum(rho, 0.999)
         service_s = self.k.ttft_wait * op.prefill_isl_tokens / mu_tokens
         decay, _ = mg1_wait_tail(rho_c, self.isl_cs2)  # the tail's decay beyond the grid
@@ -580,11 +580,8 @@ class TailModel:
         if drawn:
             return ttft_quantile(cost, wait, rho_c, self.lengths, cached, q)
         wait_q = wait.quantile(q)
-        co = cost.co_scheduled_s(
-            np.broadcast_to(isl_q, base.shape)[:, None], wait_q[:, None], rho_c
-        )
-        own = cost.own_s(np.broadcast_to(isl_q, base.shape)[:, None])[:, 0]
-        return own + wait_q + co[:, 0]
+        co = cost.co_scheduled_s(prompt, wait_q[:, None], rho_c)
+        return cost.own_s(prompt)[:, 0] + wait_q + co[:, 0]
 
     def _prompt_cost(self, op, base_s, full_step_s, quantile_tokens) -> PromptCost:
         """``PromptCost`` at the operating point: a prompt's cost over the pure step is linear
@@ -695,7 +692,7 @@ class TailModel:
             fail_n[rows[down]], above[rows[down]] = n_rank[down], binds[down]
             return score
 
-        _find_roots(margin, low, high, ok_low & ~ok_high)
+        _search_roots(margin, low, high, ok_low & ~ok_high)
         # the same ceiling as the simulated search: the closed-loop saturation throughput
         ceiling = self.saturation_rps() / self.c.dp
         capped = ok_high | (best_lam >= ceiling)  # the ceiling binds before the SLO
