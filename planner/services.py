@@ -43,6 +43,7 @@ from pricing.models import ApiTokenPrice, PriceSheet
 from pricing.services import price_sheet_lock
 from sizing.breakeven import api_usd_per_token
 from sizing.engine_settings import SettingError, engine_overrides
+from sizing.length_law import p95_limit_message
 from sizing.precision import checkpoint_from_hf_config
 from sizing.serving import (
     component_precisions,
@@ -158,8 +159,10 @@ def _resolve(errors: Errors, field: str, names, finder) -> list[int]:
 def _check_lengths(errors: Errors, data: dict) -> None:
     for kind in ("prompt_tokens", "output_tokens"):
         mean, p95 = data.get(f"{kind}_mean"), data.get(f"{kind}_p95")
-        if isinstance(mean, int | float) and isinstance(p95, int | float) and p95 < mean:
-            errors.add(f"{kind}_p95", f"p95 ({p95:g}) must be at least the mean ({mean:g})")
+        if isinstance(mean, int | float) and isinstance(p95, int | float) and mean > 0:
+            problem = p95_limit_message(mean, p95)  # the length law's own range
+            if problem:
+                errors.add(f"{kind}_p95", problem)
     peak, mean = data.get("peak_rps"), data.get("mean_rps")
     if isinstance(peak, int | float) and isinstance(mean, int | float) and mean > peak:
         errors.add("mean_rps", f"mean rate ({mean:g}/s) cannot exceed the peak ({peak:g}/s)")

@@ -62,6 +62,7 @@ from sizing.disagg import (
     size_pools,
 )
 from sizing.fleet import Band, Fleet, WarmPool, breakeven, error_band, size_fleet
+from sizing.length_law import length_quantile
 from sizing.memory import MemoryFit, fit_memory
 from sizing.specs import ApiPrice, Policy, Slo, Traffic
 
@@ -363,7 +364,7 @@ class _Percentile:
         self.sized, self.k, self.slo = sized, k, slo
         self.q = float(slo.percentile) / 100.0
         self.isl = float(sized.isl[k])
-        self.isl_q = _length_quantile(traffic.prompt_tokens_mean, traffic.prompt_tokens_p95,
+        self.isl_q = length_quantile(traffic.prompt_tokens_mean, traffic.prompt_tokens_p95,
                                       self.q)  # fmt: skip
         self.prefill_q_s = float(prefill_time(prefill, np.array([self.isl_q])).prefill_s[0])
         self.transfer_q_s = float(sized.transfer.exposed_s[k]) * self.isl_q / self.isl
@@ -419,19 +420,6 @@ class _Percentile:
             "full prefill steps, times the fitted wait scale",
             kind="search",
         )
-
-
-def _length_quantile(mean: float, p95: float | None, q: float) -> float:
-    """The ``q`` quantile of the lognormal with this mean and p95 (the mean when fixed)."""
-    from statistics import NormalDist
-
-    from sizing.simulate import lognormal_sigma
-
-    if p95 is None or p95 <= mean:
-        return float(mean)
-    sigma = lognormal_sigma(mean, p95)
-    mu = math.log(mean) - sigma * sigma / 2
-    return float(math.exp(mu + sigma * NormalDist().inv_cdf(q)))
 
 
 def _row(

@@ -60,6 +60,7 @@ import numpy as np
 
 from sizing import sim_kernel as K
 from sizing.candidates import CandidateArrays
+from sizing.length_law import is_fixed, lognormal_mu, lognormal_sigma
 from sizing.memory import (
     allocated_context,
     draft_kv_bytes_per_token_per_gpu,
@@ -77,7 +78,6 @@ from sizing.sim_kernel import (  # the memo grid: one definition, the compiled l
 from sizing.step_affine import AffineStep, affine_step
 from sizing.steptime import decode_step
 
-Z95 = 1.6448536269514722  # standard normal 95th percentile
 ARRIVAL_CHUNK = 4096
 PERCENTILES = (50, 90, 95, 99)
 
@@ -88,9 +88,8 @@ class LengthDist:
     """A token-length distribution.
 
     kind ``fixed`` (``mean``), ``uniform`` (``low``..``high``; defaults ``mean`` +- 50 %) or
-    ``lognormal`` from ``mean`` and ``p95``: ``sigma`` solves
-    ``mu + 1.645 sigma = ln p95`` with ``mu = ln mean - sigma^2 / 2``, i.e.
-    ``sigma = 1.645 - sqrt(1.645^2 - 2 ln(p95 / mean))`` (needs ``p95 >= mean``).
+    ``lognormal`` from ``mean`` and ``p95`` (``sizing.length_law``: needs ``mean <= p95 <=
+    3.87 mean``).
     Draws are rounded and clipped to ``[1, max_tokens]``.
     """
 
@@ -110,31 +109,15 @@ class LengthDist:
             x = rng.uniform(lo, hi, n)
         elif self.kind == "lognormal":
             sigma = lognormal_sigma(self.mean, self.p95 or self.mean)
-            mu = math.log(self.mean) - 0.5 * sigma * sigma
-            x = rng.lognormal(mu, sigma, n)
+            x = rng.lognormal(lognormal_mu(self.mean, sigma), sigma, n)
         else:
             raise ValueError(f"unknown length distribution {self.kind!r}")
         return np.clip(np.rint(x), 1, self.max_tokens).astype(np.int64)
 
 
-def lognormal_sigma(mean: float, p95: float) -> float:
-    """``sigma`` of the lognormal with this mean and 95th percentile (the smaller root).
-
-    ``ln p95 = ln mean - sigma^2/2 + z sigma`` -> ``sigma = z - sqrt(z^2 - 2 ln(p95/mean))``;
-    p95 below the mean or beyond ``mean * exp(z^2 / 2)`` (3.87x) is rejected.
-    """
-    ratio = p95 / mean
-    if ratio < 1.0:
-        raise ValueError(f"p95 {p95:g} below the mean {mean:g}")
-    disc = Z95 * Z95 - 2.0 * math.log(ratio)
-    if disc < 0:
-        raise ValueError(f"p95 {p95:g} > {math.exp(Z95 * Z95 / 2):.2f}x the mean {mean:g}")
-    return Z95 - math.sqrt(disc)
-
-
 def lengths_from_mean_p95(mean: float, p95: float | None) -> LengthDist:
     """Fixed when ``p95`` is None or equals the mean, else lognormal."""
-    if p95 is None or p95 == mean:
+    if is_fixed(mean, p95):
         return LengthDist(mean=mean)
     return LengthDist(mean=mean, kind="lognormal", p95=p95)
 

@@ -91,6 +91,7 @@ from scipy.optimize.elementwise import find_root
 from scipy.special import gammainc, ndtr, ndtri
 
 from sizing.candidates import CandidateArrays
+from sizing.length_law import length_quantile, length_sigma, lognormal_mu
 from sizing.memory import MemoryFit
 from sizing.operating import MIN_CHUNK_TOKENS, batch_limit, closed_loop, recv_wait_s
 from sizing.specs import Slo
@@ -144,15 +145,11 @@ class Lengths:
     osl_p95: float | None = None
 
     def isl_sigma(self) -> float:
-        return _lognormal_sigma(self.isl_mean, self.isl_p95)
+        return length_sigma(self.isl_mean, self.isl_p95)
 
     def isl_quantile(self, q: float) -> float:
         """q-quantile of the prompt length (lognormal through mean and p95, as simulated)."""
-        sigma = self.isl_sigma()
-        if sigma == 0:
-            return self.isl_mean
-        mu = math.log(self.isl_mean) - 0.5 * sigma * sigma
-        return math.exp(mu + sigma * float(ndtri(q)))
+        return length_quantile(self.isl_mean, self.isl_p95, q)
 
     def context_mean(self) -> float:
         """Mean context a request decodes at, ``isl + osl / 2`` (tokens)."""
@@ -164,7 +161,7 @@ class Lengths:
         var = 0.0
         for mean, sigma, share in (
             (self.isl_mean, self.isl_sigma(), 1.0),
-            (self.osl_mean, _lognormal_sigma(self.osl_mean, self.osl_p95), 0.5),
+            (self.osl_mean, length_sigma(self.osl_mean, self.osl_p95), 0.5),
         ):
             var += (share * mean) ** 2 * math.expm1(sigma * sigma)
         mean = self.context_mean()
@@ -177,10 +174,10 @@ class Lengths:
         """Decode gaps ``o - 1`` at ``TPOT_OUTPUT_NODES`` equal-probability quantiles of the
         output length (lognormal through mean and p95, rounded as the simulator draws
         whole tokens); None when every output is the same length."""
-        sigma = _lognormal_sigma(self.osl_mean, self.osl_p95)
+        sigma = length_sigma(self.osl_mean, self.osl_p95)
         if sigma == 0:
             return None
-        mu = math.log(self.osl_mean) - 0.5 * sigma * sigma
+        mu = lognormal_mu(self.osl_mean, sigma)
         u = (np.arange(TPOT_OUTPUT_NODES) + 0.5) / TPOT_OUTPUT_NODES
         lengths = np.maximum(np.rint(np.exp(mu + sigma * ndtri(u))), 1.0)
         return lengths - 1.0
@@ -399,7 +396,7 @@ def prompt_law_nodes(lengths: Lengths, cached: np.ndarray):
     cdf = ndtr(z)
     cdf[0], cdf[-1] = 0.0, 1.0
     sigma = lengths.isl_sigma()
-    mu = math.log(lengths.isl_mean) - 0.5 * sigma * sigma
+    mu = lognormal_mu(lengths.isl_mean, sigma)
 
     def tokens(score):
         return np.maximum(np.exp(mu + sigma * score)[None, :] - cached[:, None], 0.0)
@@ -458,14 +455,6 @@ def _search_roots(f, low: np.ndarray, high: np.ndarray, open_rows: np.ndarray) -
             f, (low[rows], high[rows]), args=(rows,),
             tolerances={"xrtol": N_RTOL, "xatol": 0.0, "fatol": 0.0, "frtol": 0.0},
         )  # fmt: skip
-
-
-def _lognormal_sigma(mean: float, p95: float | None) -> float:
-    if p95 is None or p95 <= mean:
-        return 0.0
-    z = 1.6448536269514722
-    disc = z * z - 2.0 * math.log(p95 / mean)
-    return z - math.sqrt(max(disc, 0.0))
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ def _errors(**overrides) -> dict:
         ({"output_tokens_mean": 0}, "output_tokens_mean", "greater than 0"),
         ({"prompt_tokens_p95": 500}, "prompt_tokens_p95", "at least the mean"),
         ({"output_tokens_p95": 100}, "output_tokens_p95", "at least the mean"),
+        ({"prompt_tokens_p95": 3870}, "prompt_tokens_p95", "at most 3.87x the mean (1000)"),
+        ({"output_tokens_p95": 1200}, "output_tokens_p95", "at most 3.87x the mean (300)"),
         ({"gpus": ["H100", "TPU v9"]}, "gpus", "unknown GPU 'TPU v9'"),
         ({"models": ["llama-9-1t"]}, "models", "unknown model 'llama-9-1t'"),
         ({"tp_options": [3]}, "tp_options", "TP 3 does not divide the 64 attention heads"),

@@ -205,17 +205,18 @@ def test_each_model_priced_against_its_own_api_in_one_call_gives_each_row_its_ow
 
 
 def test_plan_p95_context_must_fit():
-    # 70B fp8 on 2 L40S fits at the mean, but a 120k-token p95 prompt exceeds its KV budget
+    # 70B fp8 on 2 L40S fits at the mean, but a 60k-token p95 prompt exceeds its KV budget
+    # (~39,700 tokens per sequence; a lognormal p95 is at most 3.87x its mean)
     t = Traffic(
         peak_rps=1,
         mean_rps=1,
-        prompt_tokens_mean=1000,
+        prompt_tokens_mean=20_000,
         output_tokens_mean=100,
-        prompt_tokens_p95=120_000,
+        prompt_tokens_p95=60_000,
     )
     row = plan(t, SLO, Policy(), [Candidate(LLAMA_70B, L40S, "fp8", Parallelism(tp=2))]).rows[0]
     assert not row.fits
-    assert row.reason.startswith("one 120,100-token sequence needs")
+    assert row.reason.startswith("one 60,100-token sequence needs"), row.reason
 
 
 def test_plan_without_candidates_or_api():

@@ -142,12 +142,3 @@ def test_the_tail_stage_grows_the_pool_whose_percentile_misses():
     if given.meets_slo:
         assert probes[-1].ttft_ms <= slo.ttft_ms and probes[-1].tpot_ms <= slo.tpot_ms
     assert [s.kind for s in given.steps] == ["simulation"] * len(probes)
-
-
-def test_the_percentile_prompt_is_the_lognormal_quantile_of_mean_and_p95():
-    from sizing.disagg_plan import _length_quantile
-
-    # the p95 of the lognormal fitted to (mean, p95) is the p95 itself; fixed lengths stay
-    assert _length_quantile(1000, 3000, 0.95) == pytest.approx(3000, rel=1e-9)
-    assert _length_quantile(1000, None, 0.99) == 1000
-    assert _length_quantile(1000, 3000, 0.99) > 3000
