@@ -22,6 +22,10 @@ from planner.scenario_io import flatten
 from planner.selectors import catalog_index, models_visible_to
 from planner.services import calibration_profile_choices
 from pricing.models import GpuHourPrice, PriceSheet
+from sizing.length_law import MAX_P95_OVER_MEAN
+
+#: lengths are one lognormal law (sizing.length_law): its p95 spans the mean to 3.87x it
+P95_HELP = f"blank: every request the mean; else from the mean to {MAX_P95_OVER_MEAN:.2f}x it"
 
 # Unit shown beside each input (empty string: dimensionless, shown as nothing).
 UNITS = {
@@ -258,9 +262,13 @@ class ScenarioForm(AccessibleErrorsMixin, forms.Form):
     peak_rps = forms.FloatField(label="Peak rate")
     mean_rps = forms.FloatField(label="Mean rate")
     prompt_tokens_mean = forms.FloatField(label="Prompt length, mean")
-    prompt_tokens_p95 = forms.FloatField(label="Prompt length, p95", required=False)
+    prompt_tokens_p95 = forms.FloatField(
+        label="Prompt length, p95", required=False, help_text=P95_HELP
+    )
     output_tokens_mean = forms.FloatField(label="Output length, mean")
-    output_tokens_p95 = forms.FloatField(label="Output length, p95", required=False)
+    output_tokens_p95 = forms.FloatField(
+        label="Output length, p95", required=False, help_text=P95_HELP
+    )
     shared_prefix_tokens = forms.FloatField(label="Shared prefix", initial=0, required=False)
     prefix_hit_rate = forms.FloatField(label="Prefix cache hit rate", initial=0, required=False)
     hourly_rps = forms.CharField(

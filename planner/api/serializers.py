@@ -1,6 +1,6 @@
 """API serializers. The scenario body mirrors the model, grouped as a reviewer thinks of it;
-type checks happen here, domain rules (p95 >= mean, names resolve, TP divides heads...) in
-planner.services, whose errors come back under the same dotted field paths."""
+type checks happen here, domain rules (mean <= p95 <= 3.87 mean, names resolve, TP divides
+heads...) in planner.services, whose errors come back under the same dotted field paths."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from sizing.coldstart import WEIGHTS_SOURCES
 
 class LengthSerializer(serializers.Serializer):
     mean = serializers.FloatField(help_text="tokens")
-    p95 = serializers.FloatField(required=False, allow_null=True, help_text="tokens, >= mean")
+    p95 = serializers.FloatField(
+        required=False, allow_null=True, help_text="tokens, from the mean to 3.87x it"
+    )
 
 
 class TrafficSerializer(serializers.Serializer):

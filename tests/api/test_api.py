@@ -132,6 +132,11 @@ def test_update_and_delete(catalog, api):
             "traffic.prompt_tokens.p95",
             "at least the mean",
         ),
+        (
+            body(traffic__output_tokens={"mean": 300, "p95": 3000}),
+            "traffic.output_tokens.p95",
+            "at most 3.87x the mean (300), i.e. 1160.44",
+        ),
         (body(candidates__gpus=["H100", "TPU v9"]), "candidates.gpus", "unknown GPU"),
         (body(candidates__models=["gpt-17"]), "candidates.models", "unknown model"),
         (body(candidates__tp=[3]), "candidates.tp", "does not divide"),
