@@ -16,12 +16,15 @@ from planner.prices import result_price_source
 from planner.selectors import latest_run
 from pricing.models import ApiTokenPrice, GpuHourPrice, PriceSheet
 from sizing.coldstart import WEIGHTS_SOURCES
+from sizing.length_law import MAX_P95_OVER_MEAN
 
 
 class LengthSerializer(serializers.Serializer):
     mean = serializers.FloatField(help_text="tokens")
     p95 = serializers.FloatField(
-        required=False, allow_null=True, help_text="tokens, from the mean to 3.87x it"
+        required=False,
+        allow_null=True,
+        help_text=f"tokens, from the mean to {MAX_P95_OVER_MEAN:.2f}x it",
     )
 
 
