@@ -292,6 +292,40 @@ def test_a_fit_scales_the_aggregated_profile_and_falls_back_by_key():
     assert isinstance(fits["trtllm"], DisaggFit) and fits["trtllm"].points == 10
 
 
+def test_a_throughput_point_is_scored_per_decode_gpu_and_never_fitted():
+    from sizing.disagg import UNFITTED, DisaggPoint, fit_disagg, predict_points
+
+    # given one deployment (2 TP4 prefill workers, 1 TP4 decode worker: 12 GPUs) measured at
+    # 64 clients for TTFT, TPOT and output tokens/s per decode GPU (InferenceX's convention)
+    def point(metric, value):
+        return DisaggPoint(model=LLAMA_70B, gpu=H100, prefill={**TP4, "workers": 2},
+                           decode=TP4, weight_precision="bf16", kv_precision="", isl=2000.0,
+                           osl=500.0, concurrency=64.0, engine="vllm", metric=metric,
+                           value=value, group="g")  # fmt: skip
+
+    ttft, tpot, tok_s = (
+        point("ttft_ms", 400.0),
+        point("tpot_ms", 40.0),
+        point("output_tok_s_per_gpu", 300.0),
+    )
+    # when it is predicted, the throughput point reads the run's output tokens/s over the 4
+    # decode GPUs, not over all 12 (the model's own output_tok_s_per_gpu)
+    out = predict_disagg(LLAMA_70B, H100, {k: np.array([v]) for k, v in {**TP4, "workers": 2}
+                         .items()}, {k: np.array([v]) for k, v in TP4.items()}, "bf16", None,
+                         2000.0, 500.0, 64.0, engine=EngineSettings(engine="vllm"),
+                         calibration=UNFITTED.calibrate(ttft.calibration))  # fmt: skip
+    predicted = predict_points([ttft, tpot, tok_s])
+    assert predicted[2] == pytest.approx(out.total_output_tok_s[0] / 4)
+    assert predicted[2] == pytest.approx(3 * out.output_tok_s_per_gpu[0])
+    assert predicted[0] == pytest.approx(out.ttft_ms[0]) and predicted[1] == pytest.approx(
+        out.tpot_ms[0]
+    )
+    # then the fit is the same with or without it: throughput is scored, not fitted
+    with_it = fit_disagg([ttft, tpot, tok_s], "vllm", max_nfev=5)
+    without = fit_disagg([ttft, tpot], "vllm", max_nfev=5)
+    assert with_it.values == without.values and with_it.points == 2
+
+
 def test_the_report_lists_the_constants_a_fit_left_at_a_bound():
     import importlib.util
     from pathlib import Path
