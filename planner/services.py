@@ -156,13 +156,18 @@ def _resolve(errors: Errors, field: str, names, finder) -> list[int]:
     return list(dict.fromkeys(ids))
 
 
-def _check_lengths(errors: Errors, data: dict) -> None:
+def _check_p95_lengths(errors: Errors, data: dict) -> None:
+    """Each p95 within the length law's range (``p95_limit_message``), named by its field."""
     for kind in ("prompt_tokens", "output_tokens"):
         mean, p95 = data.get(f"{kind}_mean"), data.get(f"{kind}_p95")
         if isinstance(mean, int | float) and isinstance(p95, int | float) and mean > 0:
             problem = p95_limit_message(mean, p95)  # the length law's own range
             if problem:
                 errors.add(f"{kind}_p95", problem)
+
+
+def _check_lengths(errors: Errors, data: dict) -> None:
+    _check_p95_lengths(errors, data)
     peak, mean = data.get("peak_rps"), data.get("mean_rps")
     if isinstance(peak, int | float) and isinstance(mean, int | float) and mean > peak:
         errors.add("mean_rps", f"mean rate ({mean:g}/s) cannot exceed the peak ({peak:g}/s)")
@@ -870,7 +875,14 @@ def _create_run(scenario: Scenario) -> SizingRun:
 
 
 def _save_run(scenario: Scenario, inputs: dict, sheet: PriceSheet | None) -> SizingRun:
-    """A queued run of ``inputs`` (a snapshot); the sheet it prices from is locked."""
+    """A queued run of ``inputs`` (a snapshot); the sheet it prices from is locked.
+
+    A scenario saved before its p95 range was checked at input (or a run of one, re-run) may
+    hold a p95 no lognormal reaches: refused here naming the field, where its run used to fail
+    in the workers with a calculation error."""
+    errors = Errors()
+    _check_p95_lengths(errors, inputs.get("traffic") or {})
+    errors.raise_if_any()
     count = len(inputs["candidates"])
     if count == 0:
         raise ValidationError({"candidates": ["no valid candidate (model x GPU x TP) to size"]})

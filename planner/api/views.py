@@ -91,6 +91,8 @@ def _run_started(request, start) -> Response:
             code=status.HTTP_429_TOO_MANY_REQUESTS,
             headers={"Retry-After": str(exc.retry_after_s)},
         )
+    except DjangoValidationError as exc:  # a saved scenario the service refuses to run
+        raise ValidationError(scenario_io.nest_errors(exc.message_dict)) from exc
     body = {
         "id": run.pk,
         "status": run.status,

@@ -80,3 +80,25 @@ def test_the_web_page_explains_the_quota(client, user, catalog, settings):
     page = client.post(f"/scenarios/{scenario.pk}/run/", follow=True)
     assert b"the limit is 1" in page.content
     assert scenario.runs.count() == 1
+
+
+def test_a_scenario_saved_with_an_unreachable_p95_answers_400_at_run_start(api, user, catalog):
+    # given a scenario saved before a p95 beyond 3.87x the mean was refused at input
+    scenario = make_scenario(owner=user, models=["llama-3.1-8b"], gpus=["H100"])
+    type(scenario).objects.filter(pk=scenario.pk).update(output_tokens_p95=1200.0)  # mean 300
+    # when its run starts, then a 400 names the field and the limit, and no run is saved
+    answer = api.post(f"/api/v1/scenarios/{scenario.pk}/run/")
+    assert answer.status_code == 400, answer.content
+    errors = answer.json()["errors"]
+    assert any("at most 3.87x the mean (300)" in m for m in errors["traffic.output_tokens.p95"])
+    assert scenario.runs.count() == 0
+
+
+def test_the_web_page_explains_an_unreachable_p95(client, user, catalog):
+    scenario = make_scenario(owner=user, models=["llama-3.1-8b"], gpus=["H100"])
+    type(scenario).objects.filter(pk=scenario.pk).update(output_tokens_p95=1200.0)  # mean 300
+    client.force_login(user)
+    page = client.post(f"/scenarios/{scenario.pk}/run/", follow=True)
+    assert b"The run did not start" in page.content
+    assert b"at most 3.87x the mean (300)" in page.content
+    assert scenario.runs.count() == 0

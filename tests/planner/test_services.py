@@ -5,7 +5,12 @@ from django.core.exceptions import ValidationError
 
 from planner import runner, tasks
 from planner.models import CandidateResult, Scenario, SizingRun
-from planner.services import scenario_update, share_link_create, sizing_run_start
+from planner.services import (
+    scenario_update,
+    share_link_create,
+    sizing_run_rerun,
+    sizing_run_start,
+)
 from pricing.models import GpuHourPrice, PriceSheet
 from pricing.services import price_sheet_new_version
 from tests.factories import UserFactory, make_scenario, scenario_data
@@ -87,6 +92,29 @@ def test_calculation_bug_fails_the_run_with_a_message(catalog, monkeypatch):
     assert run.status == SizingRun.Status.FAILED
     assert "division by zero in step time" in run.error
     assert run.finished_at is not None
+
+
+def test_a_scenario_saved_with_an_unreachable_p95_is_refused_at_run_start(catalog):
+    # given a scenario saved before p95 > 3.87x the mean was refused at input (written as
+    # the row was then, past the service), and a run of it saved before as well
+    scenario = make_scenario()
+    good = sizing_run_start(scenario=scenario)
+    Scenario.objects.filter(pk=scenario.pk).update(output_tokens_p95=1200.0)  # mean 300
+    SizingRun.objects.filter(pk=good.pk).update(
+        inputs={**good.inputs, "traffic": {**good.inputs["traffic"], "output_tokens_p95": 1200.0}}
+    )
+    scenario.refresh_from_db()
+    runs_before = SizingRun.objects.count()
+    # when a run starts, or the old run is run again
+    with pytest.raises(ValidationError) as started:
+        sizing_run_start(scenario=scenario)
+    with pytest.raises(ValidationError) as rerun:
+        sizing_run_rerun(run=SizingRun.objects.get(pk=good.pk))
+    # then both are refused naming the field and the limit, and no run is saved to fail later
+    for error in (started, rerun):
+        messages = error.value.message_dict["output_tokens_p95"]
+        assert any("at most 3.87x the mean (300)" in m for m in messages), messages
+    assert SizingRun.objects.count() == runs_before
 
 
 def test_rerun_after_price_change_shows_what_moved(catalog):
