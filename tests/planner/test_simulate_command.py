@@ -49,8 +49,8 @@ def test_open_loop_bursty_lognormal_is_seeded(catalog):
         (["--rate", "1", "--concurrency", "2"], "not allowed with"),
         ([], "one of the arguments --rate --concurrency is required"),
         (["--rate", "1", "--precision", "bf17"], "unknown precision 'bf17'"),
-        (["--rate", "1", "--isl-p95", "10"], "must be at least the mean"),
-        (["--rate", "1", "--isl-p95", "100000"], "at most 3.87x the mean"),
+        (["--rate", "1", "--isl-p95", "10"], "--isl-p95: p95 (10) must be at least the mean"),
+        (["--rate", "1", "--osl-p95", "100000"], "--osl-p95: p95 (100000) can be at most 3.87x"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(catalog, extra, fragment):

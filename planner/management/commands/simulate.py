@@ -17,12 +17,12 @@ import json
 import math
 import sys
 
-import numpy as np
 from django.core.management.base import BaseCommand, CommandParser
 
 from planner.predict_io import ENGINES
 from sizing.candidates import CandidateArrays
 from sizing.chain import default_dp
+from sizing.length_law import p95_limit_message
 from sizing.memory import fit_memory
 from sizing.simulate import Workload, lengths_from_mean_p95, simulate
 from sizing.specs import EngineSettings, canonical_precision
@@ -139,10 +139,13 @@ def run_simulation(o: dict) -> dict:
         weight = canonical_precision(o["precision"])
         kv = canonical_precision(o["kv_precision"]) if o["kv_precision"] else None
         experts = canonical_precision(o["expert_precision"]) if o["expert_precision"] else None
+        for flag, mean, p95 in (("--isl-p95", o["isl"], o["isl_p95"]),
+                                ("--osl-p95", o["osl"], o["osl_p95"])):  # fmt: skip
+            problem = p95_limit_message(float(mean), p95) if p95 is not None else None
+            if problem:  # the length law's own range, named by the flag
+                raise UsageError(f"{flag}: {problem}")
         isl = lengths_from_mean_p95(float(o["isl"]), o["isl_p95"])
         osl = lengths_from_mean_p95(float(o["osl"]), o["osl_p95"])
-        for dist in (isl, osl):  # reject an impossible p95 now, as a usage error
-            dist.sample(1, np.random.default_rng(0))
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     if o["arrival"] == "gamma" and o["concurrency"]:
