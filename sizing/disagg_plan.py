@@ -365,7 +365,7 @@ class _Percentile:
         self.q = float(slo.percentile) / 100.0
         self.isl = float(sized.isl[k])
         self.isl_q = length_quantile(traffic.prompt_tokens_mean, traffic.prompt_tokens_p95,
-                                      self.q)  # fmt: skip
+                                     self.q)  # fmt: skip
         self.prefill_q_s = float(prefill_time(prefill, np.array([self.isl_q])).prefill_s[0])
         self.transfer_q_s = float(sized.transfer.exposed_s[k]) * self.isl_q / self.isl
 
