@@ -75,6 +75,11 @@ SHIPPED_FILES = (MEASURED_CSV, MEASURED_CONCURRENCY_CSV)
 #: InferenceX's launch configurations of the disaggregated runs (one row per search-space
 #: entry: pools, concurrencies and the recipe whose name carries the decode batch)
 DISAGG_RECIPES_CSV = CATALOG_DIR / "disagg-recipes.csv"
+#: The SGLang prefill workers' token budgets, read from the recipe files those launch
+#: configurations name (NVIDIA srt-slurm and its forks; repository and commit per row)
+SGLANG_PREFILL_RECIPES_CSV = CATALOG_DIR / "sglang-prefill-recipes.csv"
+#: SGLang's ``--max-prefill-tokens`` when a recipe leaves it unset (``ServerArgs`` default)
+SGLANG_DEFAULT_MAX_PREFILL_TOKENS = 16384
 AGG_RECIPES_CSV = CATALOG_DIR / "agg-recipes.csv"
 
 COLUMNS = (
@@ -1402,6 +1407,27 @@ def _pool_key(pool: Mapping[str, int]) -> tuple[int, int, bool]:
     return pool["workers"], pool["tp"] * pool["dp"], pool["dp"] > 1
 
 
+def _recipe_keys(row: Mapping[str, str]) -> list[RecipeKey]:
+    """The keys of one ``disagg-recipes.csv`` line, one per concurrency it ran."""
+    family = "trtllm" if "trt" in row["framework"] else "sglang"
+    pools = tuple(
+        (int(row[f"{p}_workers"]), int(row[f"{p}_tp"]),
+         row[f"{p}_dp_attn"].strip().lower() == "true")
+        for p in ("prefill", "decode")
+    )  # fmt: skip
+    gpu, precision = row["gpu"].strip().lower(), row["precision"].strip().lower()
+    head = (family, gpu, precision, int(row["isl"]), int(row["osl"]), *pools)
+    return [(*head, int(conc)) for conc in row["conc_list"].split()]
+
+
+def _recipe_rows(path: Path):
+    """Non-speculative lines of ``disagg-recipes.csv`` (none when the file is absent)."""
+    if not path.exists():
+        return []
+    with path.open(newline="") as handle:
+        return [row for row in csv.DictReader(handle) if row["spec_decoding"] == "none"]
+
+
 def recipe_decode_batches(path: Path = DISAGG_RECIPES_CSV) -> dict[RecipeKey, set[int]]:
     """Decode max batch per attention-DP rank of each launched configuration.
 
@@ -1412,28 +1438,57 @@ def recipe_decode_batches(path: Path = DISAGG_RECIPES_CSV) -> dict[RecipeKey, se
     non-speculative entries with a whole-number batch only.
     """
     out: dict[RecipeKey, set[int]] = defaultdict(set)
-    if not path.exists():
-        return out
-    with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            batch = (row.get("decode_batch_per_rank") or "").strip()
-            if row["spec_decoding"] != "none" or not batch.isdigit():
-                continue
-            family = "trtllm" if "trt" in row["framework"] else "sglang"
-            pools = tuple(
-                (int(row[f"{p}_workers"]), int(row[f"{p}_tp"]),
-                 row[f"{p}_dp_attn"].strip().lower() == "true")
-                for p in ("prefill", "decode")
-            )  # fmt: skip
-            gpu, precision = row["gpu"].strip().lower(), row["precision"].strip().lower()
-            for conc in row["conc_list"].split():
-                key = (family, gpu, precision, int(row["isl"]), int(row["osl"]), *pools, int(conc))
+    for row in _recipe_rows(path):
+        batch = (row.get("decode_batch_per_rank") or "").strip()
+        if batch.isdigit():
+            for key in _recipe_keys(row):
                 out[key].add(int(batch))
     return out
 
 
-def decode_max_batch(
-    batches: Mapping[RecipeKey, set[int]],
+def sglang_prefill_tokens_per_rank(
+    max_prefill_tokens: int | None, chunked_prefill_size: int, dp: int, dp_attention: bool
+) -> int:
+    """Prompt tokens one SGLang prefill rank takes into a step (tokens).
+
+    A step adds waiting prompts while both ``--max-prefill-tokens`` (per scheduler, 16,384
+    when unset) and the chunk budget last, and with attention-DP SGLang divides
+    ``--chunked-prefill-size`` by the DP size (``ServerArgs``: "DP attention is enabled. The
+    chunked prefill size is adjusted to ..."):
+    ``min(max_prefill_tokens, chunked_prefill_size / dp if DP attention else
+    chunked_prefill_size)``. Example: DP 4 with 32,768 and 65,536 gives 16,384 per rank.
+    """
+    chunk = chunked_prefill_size // dp if dp_attention and dp > 1 else chunked_prefill_size
+    return min(max_prefill_tokens or SGLANG_DEFAULT_MAX_PREFILL_TOKENS, chunk)
+
+
+def recipe_prefill_budgets(
+    path: Path = DISAGG_RECIPES_CSV, recipes: Path = SGLANG_PREFILL_RECIPES_CSV
+) -> dict[RecipeKey, set[int]]:
+    """Prefill tokens per step and rank of each launched SGLang configuration whose recipe
+    states its chunk size (``sglang-prefill-recipes.csv``, joined on ``config_file``), keyed
+    as ``recipe_decode_batches``."""
+    stated: dict[str, int] = {}
+    if recipes.exists():
+        with recipes.open(newline="") as handle:
+            for r in csv.DictReader(handle):
+                if r["chunked_prefill_size"].strip().isdigit():
+                    stated[r["config_file"].strip()] = sglang_prefill_tokens_per_rank(
+                        int(r["max_prefill_tokens"]) if r["max_prefill_tokens"].strip() else None,
+                        int(r["chunked_prefill_size"]), int(r["prefill_dp"]),
+                        r["prefill_dp_attention"].strip().lower() == "true",
+                    )  # fmt: skip
+    out: dict[RecipeKey, set[int]] = defaultdict(set)
+    for row in _recipe_rows(path):
+        budget = stated.get(row["config_file"].strip())
+        if budget is not None and "sglang" in row["framework"]:
+            for key in _recipe_keys(row):
+                out[key].add(budget)
+    return out
+
+
+def recipe_value(
+    values: Mapping[RecipeKey, set[int]],
     family: str,
     gpu_slug: str,
     precision: str,
@@ -1442,9 +1497,10 @@ def decode_max_batch(
     layout: Mapping[str, Mapping[str, int]],
     concurrency: int,
 ) -> int:
-    """The recipe's decode batch per rank for one measured row; 0 when no entry says, or
-    entries disagree. A one-GPU worker matches an entry with or without attention-DP (the
-    flag changes nothing there). ``gpu_slug`` "h100_sxm" matches the recipes' "h100"."""
+    """The recipes' value (decode batch or prefill budget per rank) for one measured row; 0
+    when no entry says, or entries disagree. A one-GPU worker matches an entry with or
+    without attention-DP (the flag changes nothing there). ``gpu_slug`` "h100_sxm" matches
+    the recipes' "h100"."""
     choices = []
     for pool in ("prefill", "decode"):
         workers, per_worker, dpa = _pool_key(layout[pool])
@@ -1454,7 +1510,7 @@ def decode_max_batch(
     gpu = gpu_slug.split("_")[0]
     for p_key in choices[0]:
         for d_key in choices[1]:
-            found |= batches.get(
+            found |= values.get(
                 (family, gpu, precision, isl, osl, p_key, d_key, concurrency), set()
             )
     return found.pop() if len(found) == 1 else 0

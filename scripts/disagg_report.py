@@ -62,16 +62,17 @@ def disagg_points():
     """(points, left out as (row id, reason)) from the shipped disaggregated rows."""
     from fleets.calibration import CatalogSpecs, profile_selector
     from fleets.measurements import (
-        decode_max_batch,
         disaggregated_layout,
         read_shipped_measurements,
         recipe_decode_batches,
+        recipe_prefill_budgets,
+        recipe_value,
     )
     from sizing.calibrate import engine_release
     from sizing.disagg import DISAGG_SCORED_METRICS, DisaggPoint
 
     rows, _ = read_shipped_measurements()
-    batches = recipe_decode_batches()
+    batches, budgets = recipe_decode_batches(), recipe_prefill_budgets()
     specs = CatalogSpecs()
     select = profile_selector()
     points, left_out = [], []
@@ -105,8 +106,8 @@ def disagg_points():
         release = engine_release(row.engine_family, row.engine, row.source_version)
         calibration, _ = select(gpu_slug, row.engine_family, row.weight_precision, release)
         group = f"{gpu_slug} {row.engine_family} {row.weight_precision} {row.isl}/{row.osl}"
-        batch = decode_max_batch(batches, row.engine_family, gpu_slug, row.weight_precision,
-                                 row.isl, row.osl, layout, int(row.concurrency))  # fmt: skip
+        recipe = (row.engine_family, gpu_slug, row.weight_precision, row.isl, row.osl, layout,
+                  int(row.concurrency))  # fmt: skip
         points.append(
             DisaggPoint(
                 model=model,
@@ -124,7 +125,8 @@ def disagg_points():
                 calibration=calibration,
                 group=group,
                 row_id=row.row_id,
-                decode_max_batch=batch,
+                decode_max_batch=recipe_value(batches, *recipe),
+                prefill_budget_tokens=recipe_value(budgets, *recipe),
             )
         )
     disagg_points.adjusted = adjusted

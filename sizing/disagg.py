@@ -538,14 +538,16 @@ def _pool_reason(c: CandidateArrays, fit: MemoryFit, pool: str, i: int) -> str:
 
 def build_pools(
     models, gpus, weight_precision, kv_precision, prefill: dict, decode: dict, engine, calibration,
-    expert_precision=None,
+    expert_precision=None, prefill_engine=None,
 ) -> tuple[CandidateArrays, CandidateArrays]:  # fmt: skip
     """The prefill and decode workers' ``CandidateArrays`` (``prefill``/``decode``: dicts of
-    tp, pp, ep, dp arrays)."""
+    tp, pp, ep, dp arrays); ``prefill_engine`` the prefill workers' own settings (their
+    token budget per step), ``engine``'s when None."""
     args = dict(engine=engine, calibration=calibration, expert_precision=expert_precision)
     cp = CandidateArrays.build(
         models, gpus, weight_precision, kv_precision,
-        prefill["tp"], prefill["pp"], prefill["ep"], prefill["dp"], **args,
+        prefill["tp"], prefill["pp"], prefill["ep"], prefill["dp"],
+        **(args | ({} if prefill_engine is None else {"engine": prefill_engine})),
     )  # fmt: skip
     cd = CandidateArrays.build(
         models, gpus, weight_precision, kv_precision,
@@ -571,6 +573,7 @@ def predict_disagg(
     expert_precision: Any = None,
     prefill_wait_scale: Any = 1.0,
     slot_wait_scale: Any = 1.0,
+    prefill_engine: EngineSettings | Sequence[EngineSettings] | None = None,
 ) -> DisaggPredictions:
     """Closed-loop TTFT, TPOT and throughput of n disaggregated deployments at once.
 
@@ -593,7 +596,7 @@ def predict_disagg(
         ``kv_link``...), zero throughput and NaN latencies.
     """
     cp, cd = build_pools(models, gpus, weight_precision, kv_precision, prefill, decode, engine,
-                         calibration, expert_precision)  # fmt: skip
+                         calibration, expert_precision, prefill_engine)  # fmt: skip
     n = len(cd)
     isl_a = np.broadcast_to(np.asarray(isl, dtype=np.float64), (n,))
     osl_a = np.broadcast_to(np.maximum(np.asarray(osl, dtype=np.float64), 1.0), (n,))
@@ -1343,6 +1346,9 @@ class DisaggPoint:
     #: the decode worker's max batch per attention-DP rank as the run's recipe set it
     #: (TRT-LLM ``max_batch_size``); 0 where not stated (the engine default ``max_num_seqs``)
     decode_max_batch: int = 0
+    #: the prefill worker's prompt tokens per step per attention-DP rank as the run's recipe
+    #: set it; 0 where not stated (the engine default ``max_num_batched_tokens``)
+    prefill_budget_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -1410,6 +1416,14 @@ def _point_engine(p: DisaggPoint) -> EngineSettings:
     return EngineSettings(engine=p.engine)
 
 
+def _point_prefill_engine(p: DisaggPoint) -> EngineSettings:
+    """The point's prefill workers' engine: a stated token budget per step and rank
+    (``max_num_batched_tokens``), else the engine default."""
+    if p.prefill_budget_tokens > 0:
+        return EngineSettings(engine=p.engine, max_num_batched_tokens=int(p.prefill_budget_tokens))
+    return EngineSettings(engine=p.engine)
+
+
 def predict_points(points: Sequence[DisaggPoint], fits: dict | None = None) -> np.ndarray:
     """Each point's metric predicted by ``predict_disagg`` under its engine's fit (or the
     prior); NaN where the deployment does not fit."""
@@ -1434,6 +1448,7 @@ def predict_points(points: Sequence[DisaggPoint], fits: dict | None = None) -> n
         np.array([p.osl for p in points]),
         np.array([p.concurrency for p in points]),
         engine=[_point_engine(p) for p in points],
+        prefill_engine=[_point_prefill_engine(p) for p in points],
         calibration=cals,
         prefill_wait_scale=np.array([f.wait_scale for f in chosen]),
         slot_wait_scale=np.array([f.slot_wait_scale for f in chosen]),

@@ -612,12 +612,12 @@ def test_a_recipe_gives_the_decode_batch_of_its_pools_and_concurrencies(tmp_path
     )
     # then the non-speculative entry's batch applies at a listed concurrency only
     args = ("trtllm", "gb300", "fp8", 1024, 8192, layout)
-    assert m.decode_max_batch(batches, *args, 36) == 8
-    assert m.decode_max_batch(batches, *args, 4) == 8
-    assert m.decode_max_batch(batches, *args, 64) == 0
+    assert m.recipe_value(batches, *args, 36) == 8
+    assert m.recipe_value(batches, *args, 4) == 8
+    assert m.recipe_value(batches, *args, 64) == 0
     # another GPU, engine or length: no entry
-    assert m.decode_max_batch(batches, "sglang", "gb300", "fp8", 1024, 8192, layout, 36) == 0
-    assert m.decode_max_batch(batches, "trtllm", "gb200", "fp8", 1024, 8192, layout, 36) == 0
+    assert m.recipe_value(batches, "sglang", "gb300", "fp8", 1024, 8192, layout, 36) == 0
+    assert m.recipe_value(batches, "trtllm", "gb200", "fp8", 1024, 8192, layout, 36) == 0
 
 
 def test_recipes_that_disagree_or_name_no_batch_give_none(tmp_path):
@@ -630,8 +630,66 @@ def test_recipes_that_disagree_or_name_no_batch_give_none(tmp_path):
     tp8 = {"workers": 1, "tp": 8, "pp": 1, "ep": 8, "dp": 1}
     layout = {"prefill": tp8, "decode": {**tp8, "workers": 2}}
     # two versions of the entry say 16 and 32: the row keeps the engine default
-    assert m.decode_max_batch(batches, "trtllm", "h100_sxm", "fp8", 1024, 1024, layout, 64) == 0
-    assert m.decode_max_batch(batches, "sglang", "h100_sxm", "fp8", 1024, 1024, layout, 64) == 0
+    assert m.recipe_value(batches, "trtllm", "h100_sxm", "fp8", 1024, 1024, layout, 64) == 0
+    assert m.recipe_value(batches, "sglang", "h100_sxm", "fp8", 1024, 1024, layout, 64) == 0
+
+
+@pytest.mark.parametrize(
+    ("max_prefill", "chunk", "dp", "dp_attention", "per_rank"),
+    [
+        (32768, 65536, 4, True, 16384),  # DP 4 divides the chunk: 16,384 < 32,768
+        (524288, 131072, 1, False, 131072),  # TP 4 without DP: the chunk as written
+        (None, 131072, 8, True, 16384),  # --max-prefill-tokens unset: SGLang's 16,384
+        (32768, 32768, 8, True, 4096),
+        (8192, 8192, 4, False, 8192),  # dp given without attention-DP divides nothing
+    ],
+)
+def test_an_sglang_prefill_rank_takes_the_smaller_of_its_two_budgets(
+    max_prefill, chunk, dp, dp_attention, per_rank
+):
+    assert m.sglang_prefill_tokens_per_rank(max_prefill, chunk, dp, dp_attention) == per_rank
+
+
+def test_a_prefill_budget_joins_the_launch_entry_to_its_recipe_file(tmp_path):
+    # given two launch entries of one recipe file and its stated budgets
+    recipes = tmp_path / "recipes.csv"
+    recipes.write_text(
+        RECIPE_HEADER
+        + "k,dynamo-sglang,fp4,gb200,img,1024,1024,none,4,4,4,true,1,32,32,true,,512 2048,"
+        "recipes/gb200-fp4/1k1k/mid-curve.yaml,abc\n"
+        + "k,dynamo-sglang,fp8,gb200,img,8192,1024,none,1,8,1,false,7,8,1,false,,4,"
+        "recipes/gb200-fp8/8k1k/low-latency.yaml,abc\n"
+        + "k,dynamo-trt,fp4,gb200,img,1024,1024,none,4,4,4,true,1,32,32,true,64,512,"
+        "recipes/gb200-fp4/1k1k/mid-curve.yaml,abc\n"
+    )
+    sglang = tmp_path / "sglang.csv"
+    sglang.write_text(
+        "config_file,recipe_repository,recipe_commit,prefill_tp,prefill_dp,"
+        "prefill_dp_attention,max_prefill_tokens,chunked_prefill_size\n"
+        "recipes/gb200-fp4/1k1k/mid-curve.yaml,o/r,c,4,4,true,32768,65536\n"
+        "recipes/gb200-fp8/8k1k/low-latency.yaml,o/r,c,8,1,false,,\n"
+    )
+    # when the budgets are keyed like the decode batches
+    budgets = m.recipe_prefill_budgets(recipes, sglang)
+    layout = m.disaggregated_layout(
+        "prefill 16 GPUs (4 worker(s), TP4 EP4, DP-attention), "
+        "decode 32 GPUs (1 worker(s), TP32 EP32, DP-attention)"
+    )
+    # then the SGLang entry's ranks take 65,536 / 4 = 16,384 tokens a step, at its clients only
+    assert m.recipe_value(budgets, "sglang", "gb200", "fp4", 1024, 1024, layout, 2048) == 16384
+    assert m.recipe_value(budgets, "sglang", "gb200", "fp4", 1024, 1024, layout, 64) == 0
+    # and a TRT-LLM entry naming the same file, or a recipe stating no chunk, gives none
+    assert m.recipe_value(budgets, "trtllm", "gb200", "fp4", 1024, 1024, layout, 512) == 0
+    assert len(budgets) == 2
+
+
+def test_the_shipped_sglang_recipes_state_most_prefill_budgets():
+    # every NVIDIA SGLang launch entry's recipe file was read; one (a sweep of three
+    # budgets in one file) states none that a row can take
+    budgets = m.recipe_prefill_budgets()
+    values = {v for found in budgets.values() for v in found}
+    assert {4096, 8192, 16384, 32768, 131072, 163840} <= values
+    assert all(key[0] == "sglang" for key in budgets)
 
 
 def test_the_shipped_recipes_cover_most_disaggregated_trtllm_rows():
@@ -644,7 +702,7 @@ def test_the_shipped_recipes_cover_most_disaggregated_trtllm_rows():
             continue
         total += 1
         gpu = row.gpu.split()[0].lower()  # "H100 SXM" -> the recipes' "h100"
-        batch = m.decode_max_batch(batches, "trtllm", gpu, row.weight_precision, row.isl,
+        batch = m.recipe_value(batches, "trtllm", gpu, row.weight_precision, row.isl,
                                    row.osl, layout, int(row.concurrency))  # fmt: skip
         matched += batch > 0
     assert total > 100 and matched / total > 0.8, (matched, total)

@@ -326,6 +326,43 @@ def test_a_throughput_point_is_scored_per_decode_gpu_and_never_fitted():
     assert with_it.values == without.values and with_it.points == 2
 
 
+def test_a_recipes_prefill_budget_sizes_only_the_prefill_workers_steps():
+    from sizing.disagg import UNFITTED, DisaggPoint, predict_points
+
+    # given one deployment measured at 64 clients, once with the engine default prefill
+    # budget (8,192 tokens a step) and once with its recipe's 32,768 per rank
+    def point(metric, budget):
+        return DisaggPoint(model=LLAMA_70B, gpu=H100, prefill={**TP4, "workers": 2},
+                           decode=TP4, weight_precision="bf16", kv_precision="", isl=2000.0,
+                           osl=500.0, concurrency=64.0, engine="vllm", metric=metric,
+                           value=1.0, group="g", prefill_budget_tokens=budget)  # fmt: skip
+
+    def pools(budget):
+        prefill = {k: np.array([v]) for k, v in {**TP4, "workers": 2}.items()}
+        decode = {k: np.array([v]) for k, v in TP4.items()}
+        return predict_disagg(
+            LLAMA_70B, H100, prefill, decode, "bf16", None, 2000.0, 500.0, 64.0,
+            engine=EngineSettings(engine="vllm"),
+            prefill_engine=EngineSettings(engine="vllm", max_num_batched_tokens=budget),
+            calibration=UNFITTED.calibrate(point("ttft_ms", 0).calibration),
+        )  # fmt: skip
+
+    default, recipe = pools(8192), pools(32768)
+    # when predicted, a full prefill step carries whole prompts up to the budget:
+    # floor(8,192 / 2,000) = 4 prompts (8,000 tokens), floor(32,768 / 2,000) = 16 (32,000)
+    assert default.prefill.step_tokens[0] == 8000.0 and recipe.prefill.step_tokens[0] == 32000.0
+    # the decode workers keep the engine's own settings: TPOT and their batch limit alike
+    assert recipe.decode_candidates.max_num_batched_tokens[0] == 8192.0
+    assert recipe.batch_max_per_rank[0] == default.batch_max_per_rank[0]
+    # then predict_points passes each point's budget to its prefill workers only
+    stated = predict_points([point("ttft_ms", 32768), point("tpot_ms", 32768)])
+    unstated = predict_points([point("ttft_ms", 0), point("tpot_ms", 0)])
+    assert stated[0] == pytest.approx(recipe.ttft_ms[0]) and stated[1] == pytest.approx(
+        recipe.tpot_ms[0]
+    )
+    assert unstated[0] == pytest.approx(default.ttft_ms[0])
+
+
 def test_the_report_lists_the_constants_a_fit_left_at_a_bound():
     import importlib.util
     from pathlib import Path
