@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from scipy.special import ndtri
 
 Z95 = 1.6448536269514722  # standard normal 95th percentile
@@ -67,9 +68,16 @@ def lognormal_mu(mean: float, sigma: float) -> float:
     return math.log(mean) - 0.5 * sigma * sigma
 
 
+def lognormal_at_scores(mean: float, sigma: float, score):
+    """Lengths at standard-normal ``score``s of the lognormal with this mean and ``sigma``,
+    ``exp(mu + sigma * score)`` (tokens; an array for an array of scores). Worked: mean
+    1,000, sigma 0.9319, score 2.326 gives 5,662 tokens (the module's p99)."""
+    return np.exp(lognormal_mu(mean, sigma) + sigma * np.asarray(score, dtype=np.float64))
+
+
 def length_quantile(mean: float, p95: float | None, q: float) -> float:
     """The ``q`` quantile of the length law (tokens; the mean when fixed)."""
     sigma = length_sigma(mean, p95)
     if sigma == 0.0:
         return float(mean)
-    return math.exp(lognormal_mu(mean, sigma) + sigma * float(ndtri(q)))
+    return float(lognormal_at_scores(mean, sigma, ndtri(q)))

@@ -91,7 +91,7 @@ from scipy.optimize.elementwise import find_root
 from scipy.special import gammainc, ndtr, ndtri
 
 from sizing.candidates import CandidateArrays
-from sizing.length_law import length_quantile, length_sigma, lognormal_mu
+from sizing.length_law import length_quantile, length_sigma, lognormal_at_scores
 from sizing.memory import MemoryFit
 from sizing.operating import MIN_CHUNK_TOKENS, batch_limit, closed_loop, recv_wait_s
 from sizing.specs import Slo
@@ -177,9 +177,8 @@ class Lengths:
         sigma = length_sigma(self.osl_mean, self.osl_p95)
         if sigma == 0:
             return None
-        mu = lognormal_mu(self.osl_mean, sigma)
         u = (np.arange(TPOT_OUTPUT_NODES) + 0.5) / TPOT_OUTPUT_NODES
-        lengths = np.maximum(np.rint(np.exp(mu + sigma * ndtri(u))), 1.0)
+        lengths = np.maximum(np.rint(lognormal_at_scores(self.osl_mean, sigma, ndtri(u))), 1.0)
         return lengths - 1.0
 
 
@@ -396,10 +395,10 @@ def prompt_law_nodes(lengths: Lengths, cached: np.ndarray):
     cdf = ndtr(z)
     cdf[0], cdf[-1] = 0.0, 1.0
     sigma = lengths.isl_sigma()
-    mu = lognormal_mu(lengths.isl_mean, sigma)
 
     def tokens(score):
-        return np.maximum(np.exp(mu + sigma * score)[None, :] - cached[:, None], 0.0)
+        drawn = lognormal_at_scores(lengths.isl_mean, sigma, score)
+        return np.maximum(drawn[None, :] - cached[:, None], 0.0)
 
     return tokens(z), tokens(0.5 * (z[1:] + z[:-1])), np.diff(cdf)[None, :], z[None, :]
 

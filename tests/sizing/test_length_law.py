@@ -9,6 +9,7 @@ from sizing.length_law import (
     MAX_P95_OVER_MEAN,
     length_quantile,
     length_sigma,
+    lognormal_at_scores,
     lognormal_mu,
     lognormal_sigma,
     p95_limit_message,
@@ -28,6 +29,11 @@ def test_the_worked_example():
     assert length_quantile(1000.0, 3000.0, 0.5) == pytest.approx(647.78, abs=0.01)
     assert length_quantile(1000.0, 3000.0, 0.95) == pytest.approx(3000.0)
     assert length_quantile(1000.0, 3000.0, 0.99) == pytest.approx(5661.5, abs=0.1)
+    # and the same lengths at the Normal scores the tail model's nodes use
+    scores = np.array([0.0, 1.6448536, 2.3263479])
+    assert lognormal_at_scores(1000.0, sigma, scores) == pytest.approx(
+        [647.78, 3000.0, 5661.5], abs=0.1
+    )
 
 
 def test_a_fixed_length_has_no_spread():
