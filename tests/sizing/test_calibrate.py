@@ -171,8 +171,10 @@ def test_a_release_not_fitted_reads_the_newest_release_of_its_own_runtime():
 
 def test_a_runtime_with_no_fitted_release_reads_its_own_family_node():
     # given a fit on PyTorch-backend TensorRT-LLM points only (1.3), generated with a 60 ms
-    # front end
-    truth = dataclasses.replace(TRUE, frontend_latency_s=0.060, prefill_wave_fraction=0.5)
+    # front end (the wave coherence, which these points do not measure, at the prior's)
+    truth = dataclasses.replace(
+        TRUE, frontend_latency_s=0.060, prefill_wave_fraction=cal.PRIOR.prefill_wave_fraction
+    )
     points = measured_by(
         [dataclasses.replace(p, engine="trtllm", engine_release="1.3") for p in grid_points()],
         truth,
