@@ -587,6 +587,8 @@ def predict_disagg(
     prefill_wait_scale : fitted scale of the prefill-queue wait (1: M/D/1 as is)
     slot_wait_scale : fitted scale of the wait for a decode slot when every slot is taken
         (1: Little's mean ``C / X - osl * TPOT``; a median is shorter, see ``slot_queue_s``)
+    prefill_engine : the prefill workers' own engine settings (their prompt tokens per step,
+        ``max_num_batched_tokens``, as a launch recipe sets them); ``engine`` when None
     Other parameters as ``chain.predict_rows``.
 
     Returns
