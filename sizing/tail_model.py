@@ -167,8 +167,8 @@ class Lengths:
         mean = self.context_mean()
         if var == 0:
             return mean
-        sigma2 = math.log1p(var / mean**2)
-        return mean * math.exp(-0.5 * sigma2 + math.sqrt(sigma2) * float(ndtri(q)))
+        sigma = math.sqrt(math.log1p(var / mean**2))
+        return float(lognormal_at_scores(mean, sigma, ndtri(q)))
 
     def osl_gap_nodes(self) -> np.ndarray | None:
         """Decode gaps ``o - 1`` at ``TPOT_OUTPUT_NODES`` equal-probability quantiles of the
