@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sizing.candidates import CandidateArrays
-from sizing.operating import MIN_CHUNK_TOKENS
+from sizing.operating import prompt_chunk_tokens
 from sizing.steptime import decode_step
 
 #: Budgets swept (tokens); the engine's own value is added to them.
@@ -66,7 +66,7 @@ def chunk_frontier(
     swept = tuple(sorted({*budgets, *(int(b) for b in np.unique(c.max_num_batched_tokens))}))
     chunks, counts, stalls, lasts, ttfts = [], [], [], [], []
     for b in swept:
-        chunk = np.maximum(np.minimum(p, np.maximum(b - dec, MIN_CHUNK_TOKENS)), 1.0)
+        chunk = prompt_chunk_tokens(b, dec, p)
         n_ch = np.ceil(p / chunk)
         stall = decode_step(c, dec, ctx, chunk, p).step_s
         last = decode_step(c, dec, ctx, p - (n_ch - 1.0) * chunk, p).step_s

@@ -447,6 +447,18 @@ def _rates_at(c, fit, isl, osl, b_max, waves, coherence, rows, batches) -> np.nd
     return op.requests_per_s.reshape(points, len(rows))
 
 
+def prompt_chunk_tokens(
+    budget_tokens: np.ndarray, decoding_seqs: np.ndarray, prompt_tokens: np.ndarray | float = np.inf
+) -> np.ndarray:
+    """Tokens of one prompt a step carries (tokens): the budget the decoding sequences leave
+    (one token each), at least ``MIN_CHUNK_TOKENS``, at most the prompt, at least 1.
+    Example: 8,192 tokens a step beside 256 decoding sequences: 7,936 of a 20,000-token prompt
+    (3 chunks), all of a 2,000-token one; beside 8,192 sequences still 64.
+    """
+    room = np.maximum(budget_tokens - decoding_seqs, MIN_CHUNK_TOKENS)
+    return np.maximum(np.minimum(prompt_tokens, room), 1.0)
+
+
 def prefill_group_tokens(
     wave_tokens: np.ndarray,
     chunk_tokens: np.ndarray,
@@ -531,8 +543,7 @@ def _operating_point(
     budget = c.max_num_batched_tokens
     prompt = isl  # attended context of a prompt (a cached prefix is still attended)
     isl = isl - expected_cached_tokens(c, isl)  # prefilled tokens: a cache hit skips its prefix
-    chunk = np.minimum(isl, np.maximum(budget - b_rank, MIN_CHUNK_TOKENS))
-    chunk = np.maximum(chunk, 1.0)
+    chunk = prompt_chunk_tokens(budget, b_rank, isl)
     n_ch = np.ceil(isl / chunk)
     # speculative decoding emits tau tokens per decode step (1 when off): osl / tau steps
     tau = c.spec_tokens_per_step

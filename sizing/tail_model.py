@@ -93,7 +93,7 @@ from scipy.special import gammainc, ndtr, ndtri
 from sizing.candidates import CandidateArrays
 from sizing.length_law import length_quantile, length_sigma, lognormal_at_scores
 from sizing.memory import MemoryFit
-from sizing.operating import MIN_CHUNK_TOKENS, batch_limit, closed_loop, recv_wait_s
+from sizing.operating import batch_limit, closed_loop, prompt_chunk_tokens, recv_wait_s
 from sizing.specs import Slo
 from sizing.steptime import decode_step
 
@@ -592,7 +592,7 @@ class TailModel:
         base = self.k.ttft_base
         return PromptCost(
             base_s=base_s,
-            room=np.maximum(budget - op.batch_per_rank, MIN_CHUNK_TOKENS),
+            room=prompt_chunk_tokens(budget, op.batch_per_rank),
             step_s=base * pure,
             per_token_s=base * np.maximum(y1 / x1 - quad * x1, 0.0),
             per_token2_s=base * quad,

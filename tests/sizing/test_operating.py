@@ -7,11 +7,13 @@ from specs_catalog import H100, LLAMA_8B, LLAMA_70B
 from sizing.candidates import CandidateArrays
 from sizing.memory import fit_memory
 from sizing.operating import (
+    MIN_CHUNK_TOKENS,
     admitted_context_tokens,
     batch_limit,
     closed_loop,
     kv_sequences_live,
     prefill_group_tokens,
+    prompt_chunk_tokens,
     slo_operating_point,
 )
 from sizing.specs import Calibration, EngineSettings
@@ -194,3 +196,17 @@ def test_recv_interval_adds_half_the_polls_decode_steps_to_ttft_when_others_deco
     # alone, the request finds the engine idle, which polls at once
     assert b1.recv_wait_s[0] == 0.0
     assert b1.ttft_s[0] == pytest.approx(a1.ttft_s[0])
+
+
+def test_a_prompt_chunk_is_what_the_decoding_sequences_leave_of_the_budget():
+    # given 8,192 tokens a step
+    budget = np.array([8192.0, 8192.0, 8192.0])
+    # when 256 sequences decode beside a 20,000- and a 2,000-token prompt, and 8,192 beside one
+    chunk = prompt_chunk_tokens(budget, np.array([256.0, 256.0, 8192.0]),
+                                np.array([20000.0, 2000.0, 20000.0]))  # fmt: skip
+    # then the first gets 7,936 tokens a step (3 chunks), the second all of itself, and a full
+    # budget still leaves the engine's minimum
+    assert chunk.tolist() == [7936.0, 2000.0, MIN_CHUNK_TOKENS]
+    assert np.ceil(20000.0 / chunk[0]) == 3
+    # and without a prompt the room alone, never below 1
+    assert prompt_chunk_tokens(np.array([8192.0]), np.array([0.0]))[0] == 8192.0
