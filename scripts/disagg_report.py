@@ -183,6 +183,34 @@ def _summary(ape: np.ndarray, points, key) -> dict:
     return out
 
 
+#: Client buckets of the TTFT bias table: a lone prompt, light and moderate closed loops,
+#: and the saturated runs whose TTFT is the closed loop's queue
+CLIENT_BUCKETS = ((1, 5), (6, 15), (16, 64), (65, 512), (513, math.inf))
+
+
+def ttft_bias_by_clients(predicted: np.ndarray, points) -> list[str]:
+    """TTFT's median predicted / measured and median APE per engine and client bucket: where
+    the held-out error leans one way, the term that grows with the clients is what is off."""
+    lines = [
+        "| engine | clients | points | median predicted / measured | median APE % |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for engine in sorted({p.engine for p in points}):
+        for low, high in CLIENT_BUCKETS:
+            pairs = [(v, p.value) for v, p in zip(predicted, points, strict=True)
+                     if p.metric == "ttft_ms" and p.engine == engine
+                     and low <= p.concurrency <= high and np.isfinite(v)]  # fmt: skip
+            if not pairs:
+                continue
+            ratio = np.array([v / m for v, m in pairs])
+            label = f"{low}-{high:g}" if math.isfinite(high) else f">= {low}"
+            lines.append(
+                f"| {engine} | {label} | {len(pairs)} | x{np.median(ratio):.2f} | "
+                f"{np.median(np.abs(ratio - 1.0)) * 100:.1f} |"
+            )
+    return lines
+
+
 def at_bounds(fits: dict, rel: float = 0.01) -> list[str]:
     """Each fitted constant within ``rel`` (in log) of a bound of ``DISAGG_BOUNDS``: the data
     push it past what the bound allows, so the term it scales is misshapen there."""
@@ -353,6 +381,13 @@ def main(argv=None) -> str:
         "Held out: each sweep (GPU x engine x precision x ISL/OSL) is predicted by constants",
         "fitted on every other sweep (its engine family's, on all its GPUs); the aggregated",
         "profile under it is the row's own (fitted on aggregated rows only, never on these).",
+        "",
+        "## TTFT by clients, held out",
+        "",
+        "Where the TTFT error leans one way: per engine and closed-loop clients, the median",
+        "predicted / measured (above 1: predicted too slow) and the median APE.",
+        "",
+        *ttft_bias_by_clients(held_out, points),
         "",
         "## Fitted constants (all points)",
         "",

@@ -382,6 +382,33 @@ def test_the_report_lists_the_constants_a_fit_left_at_a_bound():
     ]
 
 
+def test_the_report_shows_which_way_ttft_leans_by_clients():
+    import importlib.util
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "disagg_report.py"
+    spec = importlib.util.spec_from_file_location("disagg_report", path)
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+
+    def point(engine, clients, value, metric="ttft_ms"):
+        return SimpleNamespace(engine=engine, concurrency=clients, value=value, metric=metric)
+
+    # given SGLang TTFTs predicted 1.5x and 1.3x at 4 clients, 0.8x at 32, a misfit at 32
+    # and a TPOT point, and one TensorRT-LLM TTFT at 1,024 clients predicted 0.5x
+    points = [point("sglang", 4, 200.0), point("sglang", 4, 100.0), point("sglang", 32, 500.0),
+              point("sglang", 32, 300.0), point("sglang", 4, 10.0, "tpot_ms"),
+              point("trtllm", 1024, 8000.0)]  # fmt: skip
+    predicted = np.array([300.0, 130.0, 400.0, np.nan, 50.0, 4000.0])
+    # when the table is drawn, then each bucket shows its median ratio and APE, TTFT only
+    assert report.ttft_bias_by_clients(predicted, points)[2:] == [
+        "| sglang | 1-5 | 2 | x1.40 | 40.0 |",
+        "| sglang | 16-64 | 1 | x0.80 | 20.0 |",
+        "| trtllm | >= 513 | 1 | x0.50 | 50.0 |",
+    ]
+
+
 # ---------------------------------------------------------------- laws and the plan summary
 @settings(max_examples=15, deadline=None)
 @given(
