@@ -656,6 +656,8 @@ def _text_flags(engine: str, notes: str, raw_metric: str, source_version: str) -
         flags.add("variable_lengths")
     if "typo" in notes.lower():
         flags.add("suspected_typo")
+    if notes.lower().startswith("misconfigured run"):
+        flags.add("misconfigured")
     if "outlier-prone" in notes:
         flags.add("memory_starved")
     if re.search(r"statistic not stated|statistic/precision unknown", notes, re.I):
@@ -878,6 +880,9 @@ EXCLUDE_OFFLINE_BURST = (
 #: steady state of its batch.
 BURST_MAX_REQUESTS = 1000
 EXCLUDE_TYPO = "suspected typo in the source"
+#: A run its own source shows misconfigured and superseded (a support thread's first
+#: reproduction, before the maintainers' run of the same benchmark): it measures the mistake
+EXCLUDE_MISCONFIGURED = "misconfigured run, superseded in its own source"
 EXCLUDE_ITL_PER_CHUNK = "ITL measured per streamed chunk, not per token"
 EXCLUDE_DERIVED = "derived as 1000/TPOT of the same point"
 EXCLUDE_OTHER_STATISTIC = "same point has a preferred statistic (median > mean, TPOT > ITL)"
@@ -898,6 +903,7 @@ _RULES: tuple[tuple[Callable[[Measurement], bool], str], ...] = (
     (lambda row: "osl_not_fixed" in row.flags, EXCLUDE_OSL_NOT_FIXED),
     (lambda row: "offline_burst" in row.flags, EXCLUDE_OFFLINE_BURST),
     (lambda row: "suspected_typo" in row.flags, EXCLUDE_TYPO),
+    (lambda row: "misconfigured" in row.flags, EXCLUDE_MISCONFIGURED),
     (lambda row: "itl_per_chunk" in row.flags, EXCLUDE_ITL_PER_CHUNK),
     (lambda row: "derived_from_tpot" in row.flags, EXCLUDE_DERIVED),
 )

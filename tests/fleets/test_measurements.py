@@ -260,9 +260,9 @@ def test_shipped_files_keep_the_reference_columns_first():
 
 
 def test_shipped_row_counts(shipped):
-    # measured.csv: 1,243 rows; 34 state no ISL or OSL (MLPerf variable-length sets, blog prose)
+    # measured.csv: 1,244 rows; 34 state no ISL or OSL (MLPerf variable-length sets, blog prose)
     rows, skipped = shipped["measured.csv"]
-    assert (len(rows), len(skipped)) == (1209, 34)
+    assert (len(rows), len(skipped)) == (1210, 34)
     assert Counter(entry.field for entry in skipped) == {"isl": 31, "osl": 3}
     # measured-concurrency.csv: 10,089 rows; the 10 of a GPUStack block served with AWQ
     # weights (no bit width given) have no precision the model knows
@@ -279,6 +279,7 @@ def test_plain_fit_exclusions_on_measured_csv(shipped):
         m.EXCLUDE_SPECULATIVE: 4,  # DeepSeek-R1 min-latency MTP runs (B200, H200)
         m.EXCLUDE_OTHER_STATISTIC: 3,  # totals published next to per-GPU values
         m.EXCLUDE_TYPO: 1,  # H200 llama_70b 2048/128 BS 32
+        m.EXCLUDE_MISCONFIGURED: 1,  # TensorRT-LLM issue #6294's first H100 PCIe run
         m.EXCLUDE_SATURATED: 12,  # 70B TP4 at 32 req/s, 467-token prompts, H100 and H200
     }
     assert Counter(row.metric for row in kept) == {
@@ -287,6 +288,18 @@ def test_plain_fit_exclusions_on_measured_csv(shipped):
         "tpot_ms": 77,
         "tok_s_per_user": 3,
     }
+
+
+def test_a_misconfigured_run_yields_to_the_run_its_own_source_kept(shipped_by_id):
+    # given the support thread's two H100 PCIe runs of Llama-3.1-8B FP8 at 128/128
+    first, maintainer = shipped_by_id["m1241"], shipped_by_id["m1244"]
+    # then the user's first run (CUDA graphs for batch 128 only) is left out, named so
+    assert "misconfigured" in first.flags
+    assert m.exclusion_reason(first) == m.EXCLUDE_MISCONFIGURED
+    # and the maintainer's 17,500 tok/s of the same benchmark is fitted
+    assert m.exclusion_reason(maintainer) == ""
+    assert (maintainer.value, maintainer.isl, maintainer.osl) == (17500.0, 128, 128)
+    assert (maintainer.gpu, maintainer.model) == (first.gpu, first.model)
 
 
 def test_an_open_loop_run_above_saturation_is_left_out_at_that_rate_only(shipped):
