@@ -1487,8 +1487,10 @@ def recipe_prefill_budgets(
     out: dict[RecipeKey, set[int]] = defaultdict(set)
     for row in _recipe_rows(path):
         budget = stated.get(row["config_file"].strip())
-        if budget is not None and "sglang" in row["framework"]:
-            for key in _recipe_keys(row):
+        if budget is None:
+            continue
+        for key in _recipe_keys(row):
+            if key[0] == "sglang":  # the family as the keys read it from ``framework``
                 out[key].add(budget)
     return out
 
