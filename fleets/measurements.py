@@ -132,9 +132,6 @@ UNCATALOGUED_GPUS = {
     "Gaudi 3": "Intel accelerator; the catalog holds NVIDIA and AMD GPUs only",
 }
 UNCATALOGUED_MODELS = {
-    "Llama-2-7B": "Llama 2 generation; the catalog starts at Llama 3",
-    "Llama-2-13B": "Llama 2 generation; the catalog starts at Llama 3",
-    "Llama-2-70B": "Llama 2 (MLPerf llama2-70b); the catalog has only a 'Llama-2-70B-class' alias",
     "GPT-J-6B": "2021 GPT-J; no config in the catalog",
     "GLM-4.7": "only GLM-5 is in the catalog",
     "DeepSeek-V4-Pro": "new architecture; no config in the catalog",
@@ -883,6 +880,9 @@ EXCLUDE_TYPO = "suspected typo in the source"
 #: A run its own source shows misconfigured and superseded (a support thread's first
 #: reproduction, before the maintainers' run of the same benchmark): it measures the mistake
 EXCLUDE_MISCONFIGURED = "misconfigured run, superseded in its own source"
+#: A multi-GPU row whose source gives neither TP nor a DP layout ("max TP/PP/DP config"): the
+#: model needs the split (8 GPUs as TP8 or as 8 copies at TP1 differ by ~2.5x per GPU)
+EXCLUDE_LAYOUT_UNSTATED = "parallel layout not stated for a multi-GPU run"
 EXCLUDE_ITL_PER_CHUNK = "ITL measured per streamed chunk, not per token"
 EXCLUDE_DERIVED = "derived as 1000/TPOT of the same point"
 EXCLUDE_OTHER_STATISTIC = "same point has a preferred statistic (median > mean, TPOT > ITL)"
@@ -895,6 +895,12 @@ EXCLUDE_SATURATED = "open-loop run saturated (TTFT over 3x its lowest rate's: th
 #: steps (the TensorRT-LLM 0.14 serving table: 1.0-2.8x at 2-16 req/s, 23x at 32 req/s).
 SATURATED_TTFT_RATIO = 3.0
 
+
+def _layout_unstated(row: Measurement) -> bool:
+    """More than one GPU, no TP stated and no attention-DP layout in the notes."""
+    return (row.num_gpus or 1) > 1 and not row.tp and "attention_dp" not in row.flags
+
+
 # Order matters: the first matching rule names the reason.
 _RULES: tuple[tuple[Callable[[Measurement], bool], str], ...] = (
     (lambda row: row.disaggregated, EXCLUDE_DISAGGREGATED),
@@ -904,6 +910,7 @@ _RULES: tuple[tuple[Callable[[Measurement], bool], str], ...] = (
     (lambda row: "offline_burst" in row.flags, EXCLUDE_OFFLINE_BURST),
     (lambda row: "suspected_typo" in row.flags, EXCLUDE_TYPO),
     (lambda row: "misconfigured" in row.flags, EXCLUDE_MISCONFIGURED),
+    (_layout_unstated, EXCLUDE_LAYOUT_UNSTATED),
     (lambda row: "itl_per_chunk" in row.flags, EXCLUDE_ITL_PER_CHUNK),
     (lambda row: "derived_from_tpot" in row.flags, EXCLUDE_DERIVED),
 )

@@ -51,11 +51,15 @@ def _setup_django() -> None:
     django.setup()
     from django.core.management import call_command
 
+    from fleets.calibration import load_shipped_profiles
     from fleets.models import GpuSku
 
     call_command("migrate", verbosity=0)
     if not GpuSku.objects.filter(slug="gb300").exists():
         call_command("load_catalog", verbosity=0)
+    # The fit scales the shipped aggregated profiles: read them from the fixture every run,
+    # not whatever an earlier load left in the database (a refit rewrites the fixture only)
+    load_shipped_profiles()
 
 
 def disagg_points():

@@ -4,6 +4,7 @@ Pure module: no database is touched.
 """
 
 import csv
+import dataclasses
 import io
 import json
 from collections import Counter
@@ -274,16 +275,17 @@ def test_shipped_row_counts(shipped):
 def test_plain_fit_exclusions_on_measured_csv(shipped):
     rows, _ = shipped["measured.csv"]
     kept, excluded = m.plain_fit_rows(rows)
-    assert len(kept) == 1189
+    assert len(kept) == 1186
     assert Counter(reason for _, reason in excluded) == {
         m.EXCLUDE_SPECULATIVE: 4,  # DeepSeek-R1 min-latency MTP runs (B200, H200)
         m.EXCLUDE_OTHER_STATISTIC: 3,  # totals published next to per-GPU values
         m.EXCLUDE_TYPO: 1,  # H200 llama_70b 2048/128 BS 32
         m.EXCLUDE_MISCONFIGURED: 1,  # TensorRT-LLM issue #6294's first H100 PCIe run
+        m.EXCLUDE_LAYOUT_UNSTATED: 3,  # Falcon-180B blog's 8x H200 Llama-2-70B "max TP/PP/DP"
         m.EXCLUDE_SATURATED: 12,  # 70B TP4 at 32 req/s, 467-token prompts, H100 and H200
     }
     assert Counter(row.metric for row in kept) == {
-        "output_tok_s_per_gpu": 1024,
+        "output_tok_s_per_gpu": 1021,
         "ttft_ms": 85,
         "tpot_ms": 77,
         "tok_s_per_user": 3,
@@ -300,6 +302,22 @@ def test_a_misconfigured_run_yields_to_the_run_its_own_source_kept(shipped_by_id
     assert m.exclusion_reason(maintainer) == ""
     assert (maintainer.value, maintainer.isl, maintainer.osl) == (17500.0, 128, 128)
     assert (maintainer.gpu, maintainer.model) == (first.gpu, first.model)
+
+
+def test_a_multi_gpu_run_without_its_layout_is_left_out(shipped_by_id):
+    # given the Falcon-180B blog's Llama-2-70B on one and on eight H200s (8 GPUs in its
+    # "max TP/PP/DP config", split not stated) at 128/128: the same 3,803 tok/s per GPU
+    one, eight = shipped_by_id["m1160"], shipped_by_id["m1161"]
+    assert one.value == eight.value == 3803.0
+    # then the one-GPU run is fitted and the eight-GPU one is left out, named so (read as TP8
+    # it would be predicted at a third of its value; as eight TP1 copies, exactly the other)
+    assert m.exclusion_reason(one) == ""
+    assert (eight.num_gpus, eight.tp) == (8, None)
+    assert m.exclusion_reason(eight) == m.EXCLUDE_LAYOUT_UNSTATED
+    # and a stated layout, or an attention-DP one the notes give, is not
+    assert m.exclusion_reason(dataclasses.replace(eight, tp=8)) == ""
+    dep = dataclasses.replace(eight, flags=eight.flags | {"attention_dp"})
+    assert m.exclusion_reason(dep) == ""
 
 
 def test_an_open_loop_run_above_saturation_is_left_out_at_that_rate_only(shipped):
@@ -477,9 +495,11 @@ def test_every_shipped_model_resolves_or_is_listed():
     models = _shipped_names("model")
     unresolved = {name for name in models if catalog.model_slug(name) is None}
     assert unresolved == set(m.UNCATALOGUED_MODELS)
-    # 30 names (GPUStack's Qwen3-8B/32B/235B-A22B and gpt-oss-20b among the new): 24
-    # resolve; 6 are not in the catalog (206 rows)
-    assert (len(models), sum(models[name] for name in unresolved)) == (30, 206)
+    # 30 names (GPUStack's Qwen3-8B/32B/235B-A22B and gpt-oss-20b among the new): 27
+    # resolve (Llama 2 7B/13B/70B with their 45 rows among them); 3 are not in the catalog
+    # (161 rows)
+    assert (len(models), sum(models[name] for name in unresolved)) == (30, 161)
+    assert catalog.model_slug("Llama-2-70B") == "llama-2-70b"
     assert catalog.model_slug("DeepSeek-R1-0528") == "deepseek-r1"
     assert catalog.model_slug("meta-llama/Llama-3.1-8B-Instruct") == "llama-3.1-8b"
 
