@@ -121,6 +121,7 @@ _CALIBRATION_FIELDS = {
     "prompt_overhead_per_moe_layer_s": ("prompt_overhead_per_moe_layer_s", np.float64),
     "frontend_latency_s": ("frontend_latency_s", np.float64),
     "prefill_wave_fraction": ("prefill_wave_fraction", np.float64),
+    "first_token_decode_steps": ("first_token_decode_steps", np.float64),
 }
 
 
@@ -364,6 +365,7 @@ class CandidateArrays:
     prompt_overhead_per_moe_layer_s: np.ndarray
     frontend_latency_s: np.ndarray
     prefill_wave_fraction: np.ndarray
+    first_token_decode_steps: np.ndarray
 
     def __len__(self) -> int:
         return int(np.size(self.tp))  # 1 for a ``scalar_row``

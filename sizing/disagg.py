@@ -39,7 +39,12 @@ tokens/s. At X requests/s the pool's load is ``rho_p = X * isl / (ranks_p * mu_t
 prompt waits ``wait_p = rho_p / (2 (1 - rho_p)) * step_full`` (M/D/1 in steps of one full batch)
 and then takes its own ``prefill_s`` (steptime.prefill_time, alone).
 
-``TTFT = frontend + wait_p + prefill_s + exposed_transfer_s + link_wait_s (+ client queue)``
+``TTFT = frontend + wait_p + prefill_s + exposed_transfer_s + link_wait_s + join_s (+ client
+queue)``, where ``join_s = k * decode_step`` is the decode worker's hand-off: its event loop
+takes arrivals between its steps (pre-allocating the KV slots, polling for finished
+transfers, joining the running batch), so the first token reaches the client about ``k`` of
+its steps after the KV lands (``Calibration.first_token_decode_steps``, fitted per engine on
+the disaggregated rows; 0 unfitted).
 
 Decode pool (``ranks_d = y * dp_d``)
 ------------------------------------
@@ -58,8 +63,9 @@ Sizing each pool for traffic (``size_pools``)
 ---------------------------------------------
 Decode: the largest per-rank batch whose TPOT meets the SLO (``b_slo``), each rank carrying
 ``b_slo / (osl * TPOT)`` req/s; ``y = ceil(lambda / (u * dp_d * X_rank_d))`` at target
-utilization u. Prefill: the TTFT budget left after the prompt's own prefill and its transfer,
-``w = (TTFT_slo - frontend - prefill_s - transfer_s) / step_full`` steps of waiting, allows
+utilization u. Prefill: the TTFT budget left after the prompt's own prefill, its transfer and
+the decode worker's hand-off at that TPOT, ``w = (TTFT_slo - frontend - prefill_s - transfer_s
+- join_s) / step_full`` steps of waiting, allows
 ``rho_max = 2w / (1 + 2w)``; ``x = ceil(lambda * isl / (min(rho_max, u) * dp_p * mu_tok))``.
 P:D is ``x * gpus_p : y * gpus_d``. The aggregated alternative is sized the same way at its
 SLO operating point (operating.slo_operating_point): ``n = ceil(lambda / (u * X_agg))``.
@@ -439,6 +445,13 @@ def decode_tpot_s(cd: CandidateArrays, batch_per_rank: np.ndarray, isl, osl) -> 
     return decode_step(cd, batch_per_rank, ctx).step_s / cd.spec_tokens_per_step
 
 
+def first_token_join_s(cd: CandidateArrays, tpot_s: np.ndarray) -> np.ndarray:
+    """The decode worker's hand-off before the first token: ``k * decode_step`` with
+    ``decode_step = TPOT * tau`` and ``k = first_token_decode_steps`` (s). Example: k = 2.9
+    steps of a 20 ms decode step add 58 ms to TTFT."""
+    return cd.first_token_decode_steps * tpot_s * cd.spec_tokens_per_step
+
+
 # ============================================================================ predict
 def slot_queue_s(little_s: np.ndarray, slot_bound: np.ndarray, scale: Any) -> np.ndarray:
     """Wait for a decode slot (s): ``scale * little_s`` where every slot is taken, else
@@ -496,6 +509,8 @@ class DisaggPredictions:
     prefill_wait_s: np.ndarray
     link_utilization: np.ndarray
     link_wait_s: np.ndarray
+    #: the decode worker's hand-off before the first token (``first_token_join_s``)
+    join_s: np.ndarray
     queue_s: np.ndarray
     #: the closed loop's mean wait beyond the pools (Little), whether every decode slot is
     #: taken, and the fitted scale turning the slot wait's mean into the median
@@ -632,7 +647,8 @@ def predict_disagg(
         x = b * ranks_d / (osl_a * tpot)
         rho = pre.load(x, isl_a)
         u, link_wait = link_wait_s(x / ranks_d, xfer.wire_s)
-        ttft = pre.frontend_s + pre.wait_s(rho) + pre.prefill_s + xfer.exposed_s + link_wait
+        ttft = (pre.frontend_s + pre.wait_s(rho) + pre.prefill_s + xfer.exposed_s + link_wait
+                + first_token_join_s(cd, tpot))  # fmt: skip
         return tpot, x, rho, u, link_wait, ttft
 
     blank = np.isnan(conc)
@@ -689,6 +705,7 @@ def predict_disagg(
         prefill_wait_s=pre.wait_s(rho),
         link_utilization=u,
         link_wait_s=link_wait,
+        join_s=first_token_join_s(cd, tpot),
         queue_s=queue,
         little_queue_s=little,
         slot_bound=slot_bound,
@@ -822,13 +839,14 @@ def disagg_steps(p: DisaggPredictions, i: int) -> list[Step]:
         )])  # fmt: skip
     ttft = step(
         "ttft_ms",
-        "(frontend + wait_p + prefill_s + transfer + link_wait + queue) * 1e3",
+        "(frontend + wait_p + prefill_s + transfer + link_wait + join + queue) * 1e3",
         [
             q("frontend", pre.frontend_s[i], "s"),
             q("wait_p", p.prefill_wait_s[i], "s"),
             q("prefill_s", pre.prefill_s[i], "s"),
             q("transfer", p.transfer.exposed_s[i], "s"),
             q("link_wait", p.link_wait_s[i], "s"),
+            q("join", p.join_s[i], "s: first_token_decode_steps x the decode step"),
             q("queue", p.queue_s[i], "s (clients beyond the decode pool's slots)"),
         ],
         p.ttft_ms[i],
@@ -851,6 +869,8 @@ class PoolSizing:
     decode_tpot_s: np.ndarray
     decode_rps_per_rank: np.ndarray
     decode_workers: np.ndarray
+    #: the decode worker's hand-off before the first token at the planned decode step (s)
+    join_s: np.ndarray
     ttft_budget_steps: np.ndarray
     prefill_rho_max: np.ndarray
     prefill_rps_per_rank: np.ndarray
@@ -932,12 +952,13 @@ class PoolSizing:
         p = [
             step(
                 "ttft_budget_steps",
-                "(TTFT_slo - frontend - prefill_s - transfer_s) / step_full_s",
+                "(TTFT_slo - frontend - prefill_s - transfer_s - join_s) / step_full_s",
                 [
                     q("TTFT_slo", self.ttft_slo_s, "s"),
                     q("frontend", self.prefill.frontend_s[i], "s"),
                     q("prefill_s", self.prefill.prefill_s[i], "s"),
                     q("transfer_s", self.transfer.exposed_s[i], "s"),
+                    q("join_s", self.join_s[i], "s: first_token_decode_steps x the decode step"),
                     q("step_full_s", self.prefill.step_full_s[i], "s"),
                 ],
                 self.ttft_budget_steps[i],
@@ -1098,7 +1119,8 @@ def size_pools(
     y = np.where(decode_ok, _ceil(lam / (u * cd.dp * x_rank_d)), np.inf)
 
     # prefill: the load whose wait fits the TTFT budget left
-    w = (ttft_slo_s - pre.frontend_s - pre.prefill_s - xfer.exposed_s) / pre.step_full_s
+    join = first_token_join_s(cd, tpot)
+    w = (ttft_slo_s - pre.frontend_s - pre.prefill_s - xfer.exposed_s - join) / pre.step_full_s
     w_eff = w / pre.wait_scale
     rho_max = np.where(w > 0, np.minimum(2.0 * w_eff / (1.0 + 2.0 * w_eff), u), 0.0)
     x_rank_p = rho_max * pre.tokens_per_s_per_rank / isl_a
@@ -1129,6 +1151,7 @@ def size_pools(
         rate_rps=lam,
         decode_batch_per_rank=b,
         decode_tpot_s=tpot,
+        join_s=join,
         decode_rps_per_rank=x_rank_d,
         decode_workers=y,
         ttft_budget_steps=w,
@@ -1291,7 +1314,8 @@ def breakeven(
 # ============================================================================ calibration
 #: What a disaggregated fit moves, per engine family, on top of the row's aggregated profile:
 #: scales on the decode step's memory efficiency and fixed overhead (TPOT), on the prefill's
-#: compute efficiency and queue wait (TTFT), and the front-end latency (TTFT floor, s).
+#: compute efficiency and queue wait (TTFT), the front-end latency (TTFT floor, s) and the
+#: decode steps of the decode worker's hand-off before the first token (TTFT).
 DISAGG_CONSTANTS = (
     "eta_mem_scale",
     "step_overhead_scale",
@@ -1299,6 +1323,7 @@ DISAGG_CONSTANTS = (
     "prefill_wait_scale",
     "frontend_latency_s",
     "slot_wait_scale",
+    "first_token_steps",
 )
 DISAGG_PRIOR = {
     "eta_mem_scale": 1.0,
@@ -1307,6 +1332,7 @@ DISAGG_PRIOR = {
     "prefill_wait_scale": 1.0,
     "frontend_latency_s": 0.02,
     "slot_wait_scale": 1.0,
+    "first_token_steps": 1.0,
 }
 DISAGG_BOUNDS = {
     "eta_mem_scale": (0.2, 5.0),
@@ -1315,6 +1341,7 @@ DISAGG_BOUNDS = {
     "prefill_wait_scale": (0.01, 100.0),
     "frontend_latency_s": (1e-3, 2.0),
     "slot_wait_scale": (0.02, 2.0),
+    "first_token_steps": (0.05, 20.0),
 }
 DISAGG_METRICS = ("ttft_ms", "tpot_ms")
 #: What the report scores: the fitted metrics and the published output tokens/s per *decode*
@@ -1381,6 +1408,8 @@ class DisaggFit:
             step_overhead_per_layer_s=base.step_overhead_per_layer_s * v["step_overhead_scale"],
             eta_flop_prefill=min(base.eta_flop_prefill * v["eta_flop_prefill_scale"], 1.0),
             frontend_latency_s=v["frontend_latency_s"],
+            # a fit stored before this constant existed ran without the hand-off
+            first_token_decode_steps=v.get("first_token_steps", 0.0),
             # the prior (no disaggregated rows for this engine) says so, not "fit"
             name=f"{base.name} + disagg {'fit' if self.points else 'prior (unfitted)'}",
         )

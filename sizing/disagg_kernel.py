@@ -45,8 +45,10 @@ from sizing.sim_kernel import (
 C_BUDGET, C_DP_P, C_SLOTS, C_CLOSED, C_REQUESTS, C_ALONE_DIFFERS = range(6)
 CONFIG_SLOTS = 6
 # ---------------------------------------------------------------------------- times (s)
-L_FRONTEND, L_WIRE_PER_TOKEN, L_LATENCY = range(3)
-TIME_SLOTS = 3
+#: (``L_FIRST_TOKEN_STEPS`` is a count: the decode steps of the decode worker's hand-off
+#: before a transferred request's first token, ``Calibration.first_token_decode_steps``)
+L_FRONTEND, L_WIRE_PER_TOKEN, L_LATENCY, L_FIRST_TOKEN_STEPS = range(4)
+TIME_SLOTS = 4
 # ---------------------------------------------------------------------------- int state
 (S_ORDER, S_EVENTS, S_SENT, S_OPENED, S_ARRIVED, S_FINISHED, S_ADMITTED, S_LOGGED, S_ACTION,
  S_ACTION_RANK, S_NEED_POOL, S_NEED_A, S_NEED_B, S_NEED_C) = range(14)  # fmt: skip
@@ -71,8 +73,9 @@ P_BUSY = 3
 PREFILL_RANK_INTS = 4
 D_BUSY, D_STEPS, D_RUNNING, D_LOAD, D_FINISHING = range(3, 8)
 DECODE_RANK_INTS = 8
-D_CONTEXT_SUM, D_LINK_FREE = range(2)  # tokens (integers in floats: exact), s
-DECODE_RANK_FLOATS = 2
+# tokens (integers in floats: exact), s, s (the rank's latest step)
+D_CONTEXT_SUM, D_LINK_FREE, D_STEP_S = range(3)
+DECODE_RANK_FLOATS = 3
 # ---------------------------------------------------------------------------- events
 ARRIVE, PREFILLED, TRANSFERRED, DECODED = range(4)
 #: an event's int columns (its time is the float column): push order, kind, payload
@@ -301,14 +304,16 @@ def _start_decode(cfg, st, req, links, decode, decode_f, finishing, ev_t, ev_k, 
         decode[d, D_RUNNING] += 1
         decode_f[d, D_CONTEXT_SUM] += req[i, Q_ISL]
     decode[d, D_BUSY] = 1
+    decode_f[d, D_STEP_S] = dt
     _push(st, ev_t, ev_k, t + dt, DECODED, d, 0, 0)
     return True
 
 
 @unrefcounted
-def _on_transferred(st, fs, req, links, decode, d, i, t) -> None:
-    """A request's KV arrived: its first token leaves now; it waits for a decode slot."""
-    req[i, Q_FIRST] = t
+def _on_transferred(times_s, st, fs, req, links, decode, decode_f, d, i, t) -> None:
+    """A request's KV arrived: its first token leaves after the rank's hand-off (its
+    ``L_FIRST_TOKEN_STEPS`` latest steps); it waits for a decode slot."""
+    req[i, Q_FIRST] = t + times_s[L_FIRST_TOKEN_STEPS] * decode_f[d, D_STEP_S]
     _append(decode, links, d, i)
     _act_later(st, fs, START_DECODE, d, t)
 
@@ -408,7 +413,7 @@ def _next_event(cfg, times_s, st, fs, req, links, prefill, queued, decode, decod
         _on_prefilled(times_s, st, fs, req, prefill, decode, decode_f, done_log, ev_t, ev_k, a,
                       b, c, t)  # fmt: skip
     elif kind == TRANSFERRED:
-        _on_transferred(st, fs, req, links[LINK_PENDING], decode, a, b, t)
+        _on_transferred(times_s, st, fs, req, links[LINK_PENDING], decode, decode_f, a, b, t)
     else:
         _on_decoded(cfg, times_s, st, fs, req, decode, decode_f, finishing, finished, ev_t, ev_k,
                     a, t)  # fmt: skip

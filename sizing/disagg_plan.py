@@ -58,6 +58,7 @@ from sizing.disagg import (
     STAGE_TRANSFER,
     PoolSizing,
     decode_tpot_s,
+    first_token_join_s,
     link_wait_s,
     size_pools,
 )
@@ -281,12 +282,14 @@ def _latency(sized: PoolSizing, k: int, fleets: dict, workers: dict) -> tuple[di
     wait = float(pre.wait_s(rho)[k])
     wire = float(xfer.wire_s[k])
     link_u, link_wait = (float(v) for v in link_wait_s(lam / (y_w * float(sized.dp_d[k])), wire))
-    ttft_s = float(pre.frontend_s[k]) + wait + float(pre.prefill_s[k]) + float(xfer.exposed_s[k])
-    ttft_s += link_wait
     b_slo, x_rank = float(sized.decode_batch_per_rank[k]), float(sized.decode_rps_per_rank[k])
     b_load = max(b_slo * lam / (y_w * float(sized.dp_d[k]) * x_rank), 1.0)
-    tpot_s = float(decode_tpot_s(workers["decode"].arrays, np.array([b_load]),
-                                 sized.isl[k : k + 1], sized.osl[k : k + 1])[0])  # fmt: skip
+    cd = workers["decode"].arrays
+    tpot_s = float(decode_tpot_s(cd, np.array([b_load]), sized.isl[k : k + 1],
+                                 sized.osl[k : k + 1])[0])  # fmt: skip
+    join = float(first_token_join_s(cd, np.array([tpot_s]))[0])
+    ttft_s = float(pre.frontend_s[k]) + wait + float(pre.prefill_s[k]) + float(xfer.exposed_s[k])
+    ttft_s += link_wait + join
     steps = [
         step(
             "prefill_load",
@@ -311,13 +314,14 @@ def _latency(sized: PoolSizing, k: int, fleets: dict, workers: dict) -> tuple[di
         ),
         step(
             "ttft_ms",
-            "(frontend + wait + prefill_s + transfer_s + link_wait) * 1000",
+            "(frontend + wait + prefill_s + transfer_s + link_wait + join) * 1000",
             [
                 q("frontend", pre.frontend_s[k], "s"),
                 q("wait", wait, "s (M/D/1 in full prefill steps at prefill_load)"),
                 q("prefill_s", pre.prefill_s[k], "s"),
                 q("transfer_s", xfer.exposed_s[k], "s (exposed)"),
                 q("link_wait", link_wait, "s"),
+                q("join", join, "s: first_token_decode_steps x the decode step at this load"),
             ],
             ttft_s * 1e3,
             "ms",
@@ -355,8 +359,9 @@ class _Percentile:
     """The analytic TTFT at the SLO percentile of a disaggregated row: the M/D/1 wait's
     quantile (``tail_model.mg1_wait_tail``, service = one full prefill step, times the fitted
     wait scale) plus the prefill and the transfer of the percentile prompt (lognormal from the
-    traffic's mean and p95), the front end and the link wait. A sum of quantiles: it errs
-    high. TPOT's is its mean (a decode-only batch steps evenly; the simulator measures it)."""
+    traffic's mean and p95), the front end, the link wait and the decode worker's hand-off at
+    the TPOT SLO's step (``PoolSizing.join_s``). A sum of quantiles: it errs high. TPOT's is
+    its mean (a decode-only batch steps evenly; the simulator measures it)."""
 
     def __init__(self, prefill, sized: PoolSizing, k: int, traffic: Traffic, slo: Slo):
         from sizing.steptime import prefill_time
@@ -384,7 +389,7 @@ class _Percentile:
             else 0.0  # fmt: skip
         _, link_wait = link_wait_s(lam / (y_w * float(s.dp_d[k])), wire)
         return float(pre.frontend_s[k] + pre.wait_scale[k] * wait_q + self.prefill_q_s
-                     + self.transfer_q_s + link_wait)  # fmt: skip
+                     + self.transfer_q_s + link_wait + s.join_s[k])  # fmt: skip
 
     def prefill_workers(self, x0: int, y_w: int) -> int:
         """The fewest prefill workers from ``x0`` whose TTFT quantile meets the SLO (up to
@@ -405,7 +410,7 @@ class _Percentile:
         return step(
             f"prefill_workers_at_{p}",
             f"fewest workers >= x0 with TTFT_{p} = frontend + wait_q + prefill(isl_q) + "
-            "transfer(isl_q) + link_wait <= TTFT_slo",
+            "transfer(isl_q) + link_wait + join_s <= TTFT_slo",
             [
                 q("x0", x0, "prefill workers of the mean-value sizing"),
                 q("isl_q", self.isl_q, f"tokens ({p} prompt, lognormal from mean and p95)"),

@@ -10,7 +10,9 @@ The mean-value model (sizing/disagg.py) gives means; this runs the requests thro
    of the worker, as the mean-value model's lone prompt, ``steptime.prefill_time``);
 2. the **KV transfer**: the request goes to the decode rank with the fewest sequences; that
    rank's link is a FCFS server occupied ``wire_s`` per request (``disagg.kv_transfer``), and
-   the request's first token leaves ``exposed_s`` after its prefill (or after the link frees);
+   its KV lands ``exposed_s`` after its prefill (or after the link frees), and its first token
+   leaves ``first_token_decode_steps`` of that decode rank's latest steps later (the decode
+   worker's hand-off, as the mean-value model's ``disagg.first_token_join_s``);
 3. the **decode pool**: ``y * dp_d`` ranks running decode-only continuous batching, at most
    ``batch_limit / dp`` sequences each (KV and ``max_num_seqs``), a step of n sequences at
    their mean context taking ``decode_step(cd, n, ctx).step_s``; a request decodes ``osl``
@@ -208,13 +210,15 @@ def simulate_disagg(
 
 def _transfer_times_s(cp, cd, mean_isl: float, link: str, layerwise_overlap: bool) -> np.ndarray:
     """The loop's fixed times (s): the front end, the KV transfer's wire time per prompt
-    token and its latency (``disagg.kv_transfer`` at the mean prompt)."""
+    token and its latency (``disagg.kv_transfer`` at the mean prompt), and the decode
+    steps of the hand-off before a first token (a count)."""
     pre = prefill_pool(cp, np.array([1.0]), np.array([mean_isl]))
     xfer = kv_transfer(cp, cd, np.array([mean_isl]), link, layerwise_overlap, pre.prefill_s)
     times_s = np.zeros(K.TIME_SLOTS)
     times_s[K.L_FRONTEND] = float(cp.frontend_latency_s[0])
     times_s[K.L_WIRE_PER_TOKEN] = float(xfer.wire_s[0]) / mean_isl
     times_s[K.L_LATENCY] = float(xfer.latency_s[0])
+    times_s[K.L_FIRST_TOKEN_STEPS] = float(cd.first_token_decode_steps[0])
     return times_s
 
 

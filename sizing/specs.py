@@ -287,6 +287,12 @@ class Calibration:
         step, on top of ``step_overhead_total_s``.
     frontend_latency_s : fixed latency an engine adds to every request's first token
         (HTTP/tokenizer front-end, scheduler admission); part of TTFT only.
+    first_token_decode_steps : disaggregated serving only: decode steps of the decode worker
+        between a prompt's KV landing there and its first token reaching the client. The
+        decode worker's event loop handles arrivals between its steps (pre-allocating the
+        KV slots, polling for finished transfers, joining the running batch), so the first
+        token waits about that many of its steps (``sizing.disagg``; 0 unfitted: aggregated
+        engines have no such hand-off).
     prefill_wave_fraction : how coherent closed-loop waves of re-arriving prompts stay
         (0: spread out, 1: a whole batch's prompts arrive in one wave); scales the wait
         behind the wave in ``operating.closed_loop`` and, where the clients draw their
@@ -314,6 +320,7 @@ class Calibration:
     prompt_overhead_per_moe_layer_s: float = 0.0
     frontend_latency_s: float = 0.0
     prefill_wave_fraction: float = 0.0
+    first_token_decode_steps: float = 0.0
     relative_error: float = 0.25  # +-band carried through the chain when no fit exists
     ttft_relative_error: float = 0.50
 

@@ -24,7 +24,7 @@ from sizing.disagg import (
     size_pools,
     slot_queue_s,
 )
-from sizing.specs import EngineSettings
+from sizing.specs import Calibration, EngineSettings
 from tests.sizing.specs_catalog import B200, DEEPSEEK_V3, H100, L40S, LLAMA_70B
 
 TP4 = dict(workers=1, tp=4, pp=1, ep=1, dp=1)
@@ -152,6 +152,45 @@ def test_ttft_is_queueing_plus_prefill_plus_transfer():
     parts = pre.prefill_s[0] + p.prefill_wait_s[0] + t.exposed_s[0] + p.link_wait_s[0]
     assert p.ttft_ms[0] == pytest.approx(parts * 1e3)
     assert p.kv_transfer_ms[0] == pytest.approx(9.851953, abs=1e-6)
+
+
+def test_the_decode_workers_hand_off_adds_its_steps_to_ttft_only():
+    # given the same deployment at max throughput (the batch is set by the prefill pool's
+    # capacity, not by TTFT) with a decode hand-off of 0 and of 2.5 decode steps
+    def at(steps):
+        cal = Calibration(first_token_decode_steps=steps)
+        return predict_disagg(LLAMA_70B, H100, dict(TP4, workers=2), TP4, "bf16", None, 4096,
+                              512, math.nan, calibration=cal)  # fmt: skip
+
+    none, some = at(0.0), at(2.5)
+    # then TTFT grows by exactly 2.5 decode steps (TPOT x tau, tau = 1) and nothing else moves
+    assert none.join_s[0] == 0.0
+    assert some.join_s[0] == pytest.approx(2.5 * some.tpot_ms[0] / 1e3)
+    assert some.ttft_ms[0] - none.ttft_ms[0] == pytest.approx(2.5 * some.tpot_ms[0])
+    assert (some.tpot_ms[0], some.batch_per_rank[0]) == (none.tpot_ms[0], none.batch_per_rank[0])
+    # and the derivation names it
+    ttft = next(s for s in some.derivation(0) if s.name == "ttft_ms")
+    assert "join" in ttft.formula and any(q.name == "join" for q in ttft.inputs)
+    _check_formulas(some.derivation(0))
+
+
+def test_sizing_leaves_the_hand_off_out_of_the_prefill_queues_budget():
+    # given 20 req/s of 4,096 / 256 tokens under TTFT 1 s and TPOT 30 ms, with and without
+    # a hand-off of 3 decode steps at the TPOT the decode pool is sized for
+    def sized(steps):
+        cal = Calibration(first_token_decode_steps=steps)
+        return size_pools(LLAMA_70B, H100, TP4, TP4, TP4, "bf16", None, 4096, 256, 20.0, 1.0,
+                          0.030, calibration=cal, usd_per_gpu_hour=2.5)  # fmt: skip
+
+    none, some = sized(0.0), sized(3.0)
+    join = 3.0 * some.decode_tpot_s[0]
+    # then the queue's budget shrinks by join / step_full steps, decode is sized the same
+    assert some.join_s[0] == pytest.approx(join)
+    step_full = some.prefill.step_full_s[0]
+    assert some.ttft_budget_steps[0] == pytest.approx(none.ttft_budget_steps[0] - join / step_full)
+    assert some.decode_workers[0] == none.decode_workers[0]
+    assert some.prefill_workers[0] >= none.prefill_workers[0]
+    _check_formulas(some.steps(0))
 
 
 def test_slot_queue_scales_only_the_wait_for_a_taken_slot():

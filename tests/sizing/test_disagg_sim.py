@@ -7,6 +7,7 @@ from sizing.candidates import CandidateArrays
 from sizing.disagg import predict_disagg
 from sizing.disagg_sim import simulate_disagg
 from sizing.simulate import LengthDist
+from sizing.specs import Calibration
 from tests.sizing.specs_catalog import H100, LLAMA_70B
 
 TP4 = dict(tp=4, pp=1, ep=1, dp=1)
@@ -33,6 +34,22 @@ def test_closed_loop_simulation_matches_the_mean_value_model(concurrency):
     # analytic model adds is an upper bound for synchronized closed-loop clients
     floor = (p.prefill.prefill_s[0] + p.transfer.exposed_s[0]) * 1e3
     assert floor * 0.97 <= sim.mean_ms("ttft") <= p.ttft_ms[0] * 1.03
+
+
+def test_the_simulated_hand_off_waits_the_decode_ranks_latest_steps():
+    # given 2 prefill + 1 decode TP4 workers and 16 closed-loop clients, the decode worker's
+    # hand-off before the first token at 0 and at 3 of its steps
+    def run(steps):
+        cal = Calibration(first_token_decode_steps=steps)
+        cd = CandidateArrays.build(LLAMA_70B, H100, "bf16", None, 4, calibration=cal)
+        return simulate_disagg(_worker(), cd, 2, 1, LengthDist(4096), LengthDist(512),
+                               requests=160, concurrency=16, warmup_requests=32)  # fmt: skip
+
+    none, some = run(0.0), run(3.0)
+    # then TTFT grows by about 3 decode steps (the rank steps at its batch, ~ TPOT each)
+    step_ms = none.mean_ms("tpot")
+    assert some.mean_ms("ttft") - none.mean_ms("ttft") == pytest.approx(3 * step_ms, rel=0.25)
+    assert some.mean_ms("tpot") == pytest.approx(step_ms, rel=0.05)
 
 
 def test_ttft_tails_come_from_the_prefill_queue():
