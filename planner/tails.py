@@ -67,6 +67,8 @@ def cache_key(inputs: dict, candidate_index: int) -> str:
         "policy": inputs["policy"],
     }
     payload["model"]["name"] = None  # an imported copy of a catalog model is the same model
+    if not core.calibration.first_token_decode_steps:  # disaggregated only: keys made before
+        del payload["calibration"]["first_token_decode_steps"]  # it existed stay valid
     if core.engine.reserves_output:  # a change of the simulator's meaning for these keys only
         payload["kv_reserves_output"] = True
     if snap.is_disagg(inputs["candidates"][candidate_index]):  # (aggregated keys unchanged)

@@ -416,6 +416,7 @@ class _Percentile:
                 q("isl_q", self.isl_q, f"tokens ({p} prompt, lognormal from mean and p95)"),
                 q("prefill_isl_q", self.prefill_q_s, "s"),
                 q("transfer_isl_q", self.transfer_q_s, "s"),
+                q("join_s", self.sized.join_s[self.k], "s: the decode worker's hand-off"),
                 q(f"TTFT_{p}", ttft_q_s * 1e3, "ms"),
                 q("TTFT_slo", self.slo.ttft_ms, "ms"),
             ],
