@@ -56,10 +56,11 @@ def _setup_django() -> None:
 
     call_command("migrate", verbosity=0)
     if not GpuSku.objects.filter(slug="gb300").exists():
-        call_command("load_catalog", verbosity=0)
-    # The fit scales the shipped aggregated profiles: read them from the fixture every run,
-    # not whatever an earlier load left in the database (a refit rewrites the fixture only)
-    load_shipped_profiles()
+        call_command("load_catalog", verbosity=0)  # the shipped profiles among the rest
+    else:
+        # The fit scales the shipped aggregated profiles: read them from the fixture, not
+        # whatever an earlier load left in the database (a refit rewrites the fixture only)
+        load_shipped_profiles()
 
 
 def disagg_points():
