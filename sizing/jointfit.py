@@ -130,6 +130,18 @@ CONSTANT_BOUNDS: dict[str, tuple[float, float]] = {
 #: The guesses they replace, 0.1 ms and "half coherent" (0.5), held a family without such
 #: points (DeepSeek held out: SGLang keeps none) 0.74x too fast at a few clients and 1.2-1.5x
 #: too slow beyond.
+#:
+#: The cost per running sequence per step is 2 us, from a measurement outside our data: one
+#: host pass over the running sequences (vLLM V1's ``Scheduler.update_from_output``) takes
+#: 0.142 ms at 128 and 0.287 ms at 256 decoding sequences, 1.1 us each
+#: (vllm-project/vllm#46112, its micro-benchmark), and a step makes about two such passes
+#: (schedule the batch, then read its results). Only offline rows at batches of hundreds
+#: measure this constant, and all of them are TensorRT-LLM's (fitted 1.1-2.4 us; 3-6 us under
+#: the old prior's pull), so a family without them, and every fold that holds them out, runs
+#: at the prior. The 10 us it replaces had no source; it made every such sequence 8 us slower
+#: per step, and held out by source (TensorRT-LLM's perf-overview out, so no offline row is
+#: left to fit) it predicted H100 and H200 max throughput ~15 % too slow at every TP (README,
+#: "Stop 49").
 PRIOR = Calibration(
     name="physics defaults",
     eta_mem=0.80,
@@ -138,7 +150,7 @@ PRIOR = Calibration(
     link_efficiency=0.70,
     step_overhead_s=0.7e-3,
     step_overhead_per_layer_s=3e-5,
-    step_overhead_per_seq_s=1e-5,
+    step_overhead_per_seq_s=2e-6,
     step_overhead_per_moe_layer_s=3e-5,
     prompt_overhead_per_moe_layer_s=4e-4,
     allreduce_latency_s=8e-6,
@@ -159,9 +171,14 @@ PROMPT_MOE_GATE_S = 1e-3
 #: prior half as large halves every point's sensitivity and quarters ``n_eff``, and would hold
 #: every engine at the prior whatever its points say
 STEP_OVERHEAD_GATE_S = 1.5e-3
+#: The cost per running sequence is judged at 10 us, not its 2 us prior: at the prior the
+#: offline rows' sensitivities fall 5x and ``n_eff`` 25x, and no engine's points would
+#: measure it (the TensorRT-LLM families, which do at 10 us, fit 1.1-2.4 us)
+PER_SEQ_GATE_S = 1e-5
 GATE_VALUES = {
     "prompt_overhead_per_moe_layer_s": PROMPT_MOE_GATE_S,
     "step_overhead_s": STEP_OVERHEAD_GATE_S,
+    "step_overhead_per_seq_s": PER_SEQ_GATE_S,
 }
 MIN_EFFECTIVE_POINTS = 2.0  # see the module docstring; 2-5 give the same CV errors, 1 not
 BOUND_TOLERANCE_LOG = 0.01

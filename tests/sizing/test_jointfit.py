@@ -107,3 +107,30 @@ def test_the_gate_judges_a_front_end_at_a_typical_size_not_the_prior():
     # when fitted, then the front end is a parameter and comes out at the truth
     fit = jf.fit_joint(points, predict, np.zeros(40, dtype=np.int64), predict(truth))
     assert fit.resolve("engine:sglang/0.5", "frontend_latency_s") == pytest.approx(0.12, rel=0.05)
+
+
+def test_the_gate_judges_the_per_sequence_cost_at_10_us_not_its_2_us_prior():
+    # given 20 offline steps of 8 ms of weights and compute at batches of 200-1,000 sequences,
+    # each sequence costing 5 us of host time
+    batch = np.linspace(200.0, 1000.0, 20)
+    points = [Point("gen", "fp8", "trtllm", "0.20", b) for b in batch]
+
+    def predict(calibrations):
+        return 0.008 + batch * np.array([c.step_overhead_per_seq_s for c in calibrations])
+
+    truth = [jf.dataclasses.replace(jf.PRIOR, step_overhead_per_seq_s=5e-6)] * 20
+    # at the 2 us prior they would be worth 0.37 of a point, at the 10 us gate 3.59
+    assert jf.PRIOR.step_overhead_per_seq_s == 2e-6
+    assert jf.GATE_VALUES["step_overhead_per_seq_s"] == 1e-5
+    assert jf.effective_points(2e-6 * batch / (0.008 + 2e-6 * batch)) == pytest.approx(
+        0.37, abs=0.01
+    )
+    assert jf.effective_points(1e-5 * batch / (0.008 + 1e-5 * batch)) == pytest.approx(
+        3.59, abs=0.01
+    )
+    # when fitted, then it is a parameter of the engine and comes out nearer the truth than
+    # the prior (4.1 us: 20 points, each weighing 1/sqrt(20), against the prior's pull)
+    fit = jf.fit_joint(points, predict, np.zeros(20, dtype=np.int64), predict(truth))
+    assert "step_overhead_per_seq_s" in fit.values["engine:trtllm-tensorrt"]
+    value = fit.resolve("engine:trtllm-tensorrt/0.20", "step_overhead_per_seq_s")
+    assert 3.5e-6 < value < 5e-6
