@@ -60,6 +60,7 @@ from sizing.disagg import (
     decode_tpot_s,
     first_token_join_s,
     link_wait_s,
+    mean_ttft_s,
     size_pools,
 )
 from sizing.fleet import Band, Fleet, WarmPool, breakeven, error_band, size_fleet
@@ -288,8 +289,8 @@ def _latency(sized: PoolSizing, k: int, fleets: dict, workers: dict) -> tuple[di
     tpot_s = float(decode_tpot_s(cd, np.array([b_load]), sized.isl[k : k + 1],
                                  sized.osl[k : k + 1])[0])  # fmt: skip
     join = float(first_token_join_s(cd, np.array([tpot_s]))[0])
-    ttft_s = float(pre.frontend_s[k]) + wait + float(pre.prefill_s[k]) + float(xfer.exposed_s[k])
-    ttft_s += link_wait + join
+    ttft_s = mean_ttft_s(float(pre.frontend_s[k]), wait, float(pre.prefill_s[k]),
+                         float(xfer.exposed_s[k]), link_wait, join)  # fmt: skip
     steps = [
         step(
             "prefill_load",

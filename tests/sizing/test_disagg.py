@@ -20,6 +20,7 @@ from sizing.disagg import (
     breakeven,
     decode_tpot_s,
     kv_transfer,
+    mean_ttft_s,
     predict_disagg,
     prefill_pool,
     size_pools,
@@ -153,6 +154,18 @@ def test_ttft_is_queueing_plus_prefill_plus_transfer():
     parts = pre.prefill_s[0] + p.prefill_wait_s[0] + t.exposed_s[0] + p.link_wait_s[0]
     assert p.ttft_ms[0] == pytest.approx(parts * 1e3)
     assert p.kv_transfer_ms[0] == pytest.approx(9.851953, abs=1e-6)
+
+
+def test_one_function_sums_a_disaggregated_ttft_for_the_prediction_and_the_plan():
+    # 21 ms front end, 4 ms wait, 120 ms prefill, 3 ms exposed transfer, no link wait, 60 ms
+    # hand-off (the docstring's example)
+    assert mean_ttft_s(0.021, 0.004, 0.120, 0.003, 0.0, 0.060) == pytest.approx(0.208)
+    # and the closed-loop prediction at one client is that sum (no client queue)
+    p = predict_disagg(LLAMA_70B, H100, TP4, TP8, "bf16", None, 4096, 512, 1)
+    parts = (p.prefill.frontend_s[0], p.prefill_wait_s[0], p.prefill.prefill_s[0],
+             p.transfer.exposed_s[0], p.link_wait_s[0], p.join_s[0])  # fmt: skip
+    assert p.queue_s[0] == 0.0
+    assert p.ttft_ms[0] == pytest.approx(mean_ttft_s(*parts) * 1e3, rel=1e-12)
 
 
 def test_the_decode_workers_hand_off_adds_its_steps_to_ttft_only():
