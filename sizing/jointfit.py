@@ -140,8 +140,8 @@ CONSTANT_BOUNDS: dict[str, tuple[float, float]] = {
 #: the old prior's pull), so a family without them, and every fold that holds them out, runs
 #: at the prior. The 10 us it replaces had no source; it made every such sequence 8 us slower
 #: per step, and held out by source (TensorRT-LLM's perf-overview out, so no offline row is
-#: left to fit) it predicted H100 and H200 max throughput ~15 % too slow at every TP (README,
-#: "Stop 49").
+#: left to fit) it predicted the largest batches' max throughput 8-21 % too slow (H100 and
+#: H200 at TP4 and TP8, H100 at TP1; README, "Stop 49").
 PRIOR = Calibration(
     name="physics defaults",
     eta_mem=0.80,
