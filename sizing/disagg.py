@@ -678,10 +678,11 @@ def predict_disagg(
         lo = np.where(over, lo, mid)
     b = np.where(full, b_cap, np.sqrt(lo * hi))
     tpot, x, rho, u, link_wait, ttft = at(b)
+    wait, join = pre.wait_s(rho), first_token_join_s(cd, tpot)  # the reported parts of ttft
     # Past the saturation point the clients beyond it queue (Little: TTFT + osl TPOT = C / X);
     # when the prefill pool (or a link) is the bottleneck that queue replaces its capped wait.
     other_bound = b_cap < b_max
-    base = np.where(other_bound & full & ~blank, ttft - pre.wait_s(rho), ttft)
+    base = np.where(other_bound & full & ~blank, ttft - wait, ttft)
     closed = np.where(full & ~blank, target / x - osl_a * tpot, base)
     slot_bound = full & ~blank & ~other_bound
     little = np.maximum(closed, base) - base
@@ -710,10 +711,10 @@ def predict_disagg(
         output_tok_s_per_gpu=out_tok / np.maximum(prefill_gpus + decode_gpus, 1.0),
         requests_per_s=x,
         prefill_load=rho,
-        prefill_wait_s=pre.wait_s(rho),
+        prefill_wait_s=wait,
         link_utilization=u,
         link_wait_s=link_wait,
-        join_s=first_token_join_s(cd, tpot),
+        join_s=join,
         queue_s=queue,
         little_queue_s=little,
         slot_bound=slot_bound,
