@@ -489,32 +489,41 @@ def _predict_disagg(parsed: list, good: list[int], calibration_for) -> dict[int,
         return {}
     from fleets.calibration import disagg_fits
     from sizing.disagg import UNFITTED, fit_for
+    from sizing.disagg_sim import closed_loop_wait_factors
 
     rows = [parsed[i] for i in good]
     fits = [fit_for(disagg_fits(), r.engine, r.gpu.name) for r in rows]
+    bases = [calibration_for(r) for r in rows]
     profiles = []
-    for r, fit in zip(rows, fits, strict=True):
-        base, label = calibration_for(r)
+    for (base, label), fit in zip(bases, fits, strict=True):
         suffix = " + disagg fit" if fit is not UNFITTED else ""
         profiles.append((fit.calibrate(base), label + suffix))
     layouts = [r.disagg for r in rows]
-    p = predict_disagg(
-        [r.model for r in rows],
-        [r.gpu for r in rows],
-        _pool_arrays([d.prefill for d in layouts]),
-        _pool_arrays([d.decode for d in layouts]),
-        [r.weight_precision for r in rows],
-        [r.kv_precision or None for r in rows],
-        np.array([r.isl for r in rows]),
-        np.array([r.osl for r in rows]),
-        np.array([r.concurrency for r in rows]),
+    deployment = dict(
+        models=[r.model for r in rows],
+        gpus=[r.gpu for r in rows],
+        prefill=_pool_arrays([d.prefill for d in layouts]),
+        decode=_pool_arrays([d.decode for d in layouts]),
+        weight_precision=[r.weight_precision for r in rows],
+        kv_precision=[r.kv_precision or None for r in rows],
+        isl=np.array([r.isl for r in rows]),
+        osl=np.array([r.osl for r in rows]),
+        concurrency=np.array([r.concurrency for r in rows]),
         engine=[r.engine_settings() for r in rows],
-        calibration=[chosen[0] for chosen in profiles],
         link=np.array([d.link for d in layouts], dtype=object),
         layerwise_overlap=np.array([d.layerwise_overlap for d in layouts]),
         expert_precision=[r.expert_precision or None for r in rows],
+    )
+    # the closed loop's wave factor, as calibration computed its points': the simulator at
+    # the rows' unfitted disaggregated constants (blank concurrency: 1, no simulation)
+    unfitted = [UNFITTED.calibrate(base) for base, _ in bases]
+    waves = closed_loop_wait_factors(**deployment, calibration=unfitted)
+    p = predict_disagg(
+        **deployment,
+        calibration=[chosen[0] for chosen in profiles],
         prefill_wait_scale=np.array([fit.wait_scale for fit in fits]),
         slot_wait_scale=np.array([fit.slot_wait_scale for fit in fits]),
+        prefill_wait_factor=waves.factor,
     )
     columns = {c: getattr(p, c).tolist() for c in OUTPUT + DISAGG_OUTPUT if c != "profile"}
     columns["profile"] = [label for _, label in profiles]

@@ -36,7 +36,14 @@ import numpy as np
 
 from sizing import disagg_kernel as K
 from sizing.candidates import CandidateArrays
-from sizing.disagg import kv_transfer, prefill_pool
+from sizing.disagg import (
+    UNFITTED,
+    kv_transfer,
+    md1_wait_s,
+    point_inputs,
+    predict_disagg,
+    prefill_pool,
+)
 from sizing.memory import fit_memory
 from sizing.operating import batch_limit
 from sizing.sim_kernel import NEED_ROW, StepTable, table_key
@@ -268,3 +275,112 @@ def _result(req: np.ndarray, kept: np.ndarray, gpus: int) -> DisaggSimResult:
         window_s=float(done_t.max() - send_t.min()),
         gpus=gpus,
     )
+
+
+# ============================================================================ wave factor
+#: The closed-loop benchmark the wave factor replays: InferenceX's client (fleets/catalog/
+#: MEASUREMENTS.md, method A) releases every client at once (``--request-rate inf
+#: --max-concurrency N``), sends ten requests per client (``--num-prompts 10 N``; its warm-up
+#: runs apart, before the measured window) and draws each length uniformly from [0.8 L, L]
+#: (``--random-range-ratio 0.8``): [8/9, 10/9] of the 0.9 L mean a row states.
+WAVE_REQUESTS_PER_CLIENT = 10
+WAVE_LENGTH_SPREAD = (8.0 / 9.0, 10.0 / 9.0)
+#: Most requests one wave simulation runs (20,000 clients' ten each; ~2 s)
+WAVE_MAX_REQUESTS = 200_000
+#: Both waits of the ratio get this many full prefill steps added, so a wait neither model
+#: sees (below ~1/20 of a step, a few ms) gives a factor near 1, not a ratio of noise
+WAVE_FLOOR_STEPS = 0.05
+WAVE_FACTOR_BOUNDS = (0.05, 20.0)
+
+
+@dataclass(frozen=True)
+class WaveFactors:
+    """Per row: the closed loop's factor on the mean-value prefill wait, and its parts (s).
+
+    simulated : whether the row was simulated (a closed loop that fits and does not wait
+        for a decode slot); the others have factor 1 and NaN parts
+    """
+
+    factor: np.ndarray
+    simulated: np.ndarray
+    simulated_ttft_s: np.ndarray  # median TTFT of the replayed benchmark
+    base_s: np.ndarray  # the mean-value TTFT without the prefill wait, same constants
+    simulated_wait_s: np.ndarray  # max(simulated_ttft - base, 0)
+    md1_wait_s: np.ndarray  # the mean-value model's M/D/1 wait (unscaled)
+    step_full_s: np.ndarray
+
+
+def closed_loop_wait_factors(**inputs) -> WaveFactors:
+    """How the closed loop changes the prefill pool's wait, per row, from the simulator.
+
+    The mean-value model (``disagg.predict_disagg``) waits M/D/1's *mean* for Poisson
+    arrivals. A closed-loop benchmark is neither Poisson nor scored by its mean: its clients
+    start together and come back together (their decodes last about as long), so at light
+    load prompts arrive in waves and wait for each other far more than Poisson arrivals do;
+    near saturation the clients bound the queue and the *median* wait is a fraction of the
+    mean. This replays the benchmark (``WAVE_*``) through the two-pool simulator and returns
+
+    ``factor = (max(sim_ttft_p50 - base, 0) + f * step_full) / (md1_wait + f * step_full)``
+
+    clipped to ``WAVE_FACTOR_BOUNDS``, with ``base = frontend + prefill_s + transfer +
+    link_wait + hand-off`` and ``md1_wait`` the model's own at the same constants (``f`` =
+    ``WAVE_FLOOR_STEPS``). Rows with blank concurrency, rows that do not fit and rows where
+    every decode slot is taken (their wait is the closed loop's slot queue) get 1.
+
+    ``inputs`` are ``predict_disagg``'s arguments without the fitted scales; pass the rows'
+    *unfitted* disaggregated calibration (``disagg.UNFITTED``), as calibration does, so the
+    factor is the protocol's and the layout's, not a fit's.
+
+    Examples (tests/sizing/test_disagg_sim.py): DeepSeek-V3 fp8 on B200, one prefill worker
+    of 8 attention-DP ranks, one TP8 decode worker, 32 clients of 8,192 / 1,024 tokens: load
+    0.094, M/D/1 waits 21.0 ms, the replayed benchmark's median 144.9 ms, steps of 403 ms:
+    ``(144.9 + 20.2) / (21.0 + 20.2) = 4.01``; TTFT 314 -> 378 ms (simulated 438). Llama 3.1
+    70B on H100, 1 + 1 TP4 workers, 64 clients of 1,024 / 256 tokens: load 0.78, M/D/1 1,127
+    ms, median 186 ms: factor 0.188; TTFT 1,212 -> 475 ms (simulated 271).
+    """
+    p = predict_disagg(**inputs)
+    n = len(p)
+    conc = p.concurrency
+    simulate = p.fits & np.isfinite(conc) & (conc >= 1) & ~p.slot_bound
+    pre = p.prefill
+    base = pre.frontend_s + pre.prefill_s + p.transfer.exposed_s + p.link_wait_s + p.join_s
+    md1 = md1_wait_s(p.prefill_load, pre.step_full_s)
+    ttft = np.full(n, np.nan)
+    links = np.broadcast_to(np.asarray(inputs.get("link", "auto"), dtype=object), (n,))
+    overlap = np.broadcast_to(np.asarray(inputs.get("layerwise_overlap", False)), (n,))
+    for i in np.flatnonzero(simulate):
+        clients = int(round(conc[i]))
+        result = simulate_disagg(
+            p.prefill_candidates.take(np.array([i])), p.decode_candidates.take(np.array([i])),
+            int(round(pre.workers[i])), int(round(p.decode_workers[i])),
+            _spread(p.transfer.isl_tokens[i]), _spread(p.osl_tokens[i]),
+            requests=min(WAVE_REQUESTS_PER_CLIENT * clients, WAVE_MAX_REQUESTS),
+            concurrency=clients, link=str(links[i]), layerwise_overlap=bool(overlap[i]),
+        )  # fmt: skip
+        ttft[i] = float(np.median(result.ttft_s))
+    floor = WAVE_FLOOR_STEPS * pre.step_full_s
+    waited = np.maximum(ttft - base, 0.0)
+    factor = np.clip((waited + floor) / (md1 + floor), *WAVE_FACTOR_BOUNDS)
+    return WaveFactors(
+        factor=np.where(simulate, factor, 1.0),
+        simulated=simulate,
+        simulated_ttft_s=ttft,
+        base_s=np.where(simulate, base, np.nan),
+        simulated_wait_s=np.where(simulate, waited, np.nan),
+        md1_wait_s=np.where(simulate, md1, np.nan),
+        step_full_s=pre.step_full_s,
+    )
+
+
+def _spread(mean_tokens: float) -> LengthDist:
+    """The benchmark's uniform length draw about a mean (``WAVE_LENGTH_SPREAD``)."""
+    low, high = WAVE_LENGTH_SPREAD
+    return LengthDist(mean_tokens, "uniform", low=low * mean_tokens, high=high * mean_tokens)
+
+
+def point_wave_factors(points) -> np.ndarray:
+    """Each calibration point's wave factor (``disagg.DisaggPoint``), computed once at the
+    physics constants: the point's aggregated profile under ``disagg.UNFITTED``, no measured
+    disaggregated value involved, so a sweep held out never shapes its own factor."""
+    cals = [UNFITTED.calibrate(p.calibration) for p in points]
+    return closed_loop_wait_factors(**point_inputs(points, cals)).factor

@@ -145,3 +145,38 @@ def test_max_num_seqs_caps_each_decode_rank_and_the_clients_beyond_wait(catalog,
     assert float(slots["ttft_ms"]) > 5 * float(roomy["ttft_ms"])
     assert float(slots["tpot_ms"]) < float(roomy["tpot_ms"])
     assert float(slots["total_output_tok_s"]) < float(roomy["total_output_tok_s"])
+
+
+def test_a_closed_loop_row_waits_by_the_wave_factor_its_calibration_used(catalog, tmp_path):
+    # given DeepSeek-R1 fp8 on B200, one prefill worker of 8 attention-DP ranks and one TP8
+    # decode worker under SGLang, 32 clients of 8,192 / 1,024 tokens
+    from fleets.calibration import disagg_fits
+    from planner.management.commands.predict import catalog_resolver, profile_for
+    from planner.predict_io import parse_row
+    from sizing.disagg import UNFITTED, fit_for, predict_disagg
+    from sizing.disagg_sim import closed_loop_wait_factors
+
+    cells = "DeepSeek-R1-0528,B200,,,,,fp8,,8192,1024,32,sglang,disagg,1,1,1,8,8,1,8,1,8,1"
+    (row,) = predict(tmp_path, cells + "\n")
+    assert row["fits"] == "true", row["reason"]
+    # when the core predicts it with the factor the calibration gave its own points: the
+    # two-pool simulator at the row's unfitted disaggregated constants
+    parsed = parse_row(dict(zip(HEADER.strip().split(","), cells.split(","), strict=True)),
+                       catalog_resolver())  # fmt: skip
+    base = profile_for()(parsed)[0]
+    fit = fit_for(disagg_fits(), parsed.engine, parsed.gpu.name)
+    fields = ("workers", "tp", "pp", "ep", "dp")
+    pools = {name: {k: getattr(getattr(parsed.disagg, name), k) for k in fields}
+             for name in ("prefill", "decode")}  # fmt: skip
+    args = dict(models=parsed.model, gpus=parsed.gpu, weight_precision="fp8", kv_precision=None,
+                isl=8192.0, osl=1024.0, concurrency=32.0, engine=parsed.engine_settings(),
+                **pools)  # fmt: skip
+    waves = closed_loop_wait_factors(**args, calibration=UNFITTED.calibrate(base))
+    core = predict_disagg(**args, calibration=fit.calibrate(base),
+                          prefill_wait_scale=fit.wait_scale, slot_wait_scale=fit.slot_wait_scale,
+                          prefill_wait_factor=waves.factor)  # fmt: skip
+    # then the door and the core agree (to the CSV's 2 decimals), and the factor is the
+    # simulator's, not M/D/1's 1
+    assert waves.simulated[0] and waves.factor[0] > 1.5
+    assert float(row["ttft_ms"]) == pytest.approx(core.ttft_ms[0], abs=0.006)
+    assert float(row["tpot_ms"]) == pytest.approx(core.tpot_ms[0], abs=0.006)

@@ -5,10 +5,10 @@ import pytest
 
 from sizing.candidates import CandidateArrays
 from sizing.disagg import predict_disagg
-from sizing.disagg_sim import simulate_disagg
+from sizing.disagg_sim import WAVE_FLOOR_STEPS, closed_loop_wait_factors, simulate_disagg
 from sizing.simulate import LengthDist
-from sizing.specs import Calibration
-from tests.sizing.specs_catalog import H100, LLAMA_70B
+from sizing.specs import Calibration, EngineSettings
+from tests.sizing.specs_catalog import B200, DEEPSEEK_V3, H100, LLAMA_70B
 
 TP4 = dict(tp=4, pp=1, ep=1, dp=1)
 
@@ -296,3 +296,60 @@ def test_each_reference_deployment_gives_the_recorded_latencies(name):
         got[f"{latency}_max_s"] = float(np.max(values))
     for key, value in got.items():
         assert value == pytest.approx(expected[key], rel=1e-12, abs=0), key
+
+
+# ------------------------------------------------------------------ the closed loop's wave factor
+DEP8 = dict(workers=1, tp=1, pp=1, ep=8, dp=8)
+TEP8 = dict(workers=1, tp=8, pp=1, ep=8, dp=1)
+
+
+def _wave_case(model, gpu, precision, prefill, decode, isl, osl, clients, **extra):
+    args = dict(models=model, gpus=gpu, prefill=prefill, decode=decode,
+                weight_precision=precision, kv_precision=None, isl=isl, osl=osl,
+                concurrency=clients, **extra)  # fmt: skip
+    waves = closed_loop_wait_factors(**args)
+    return waves, predict_disagg(**args), predict_disagg(**args, prefill_wait_factor=waves.factor)
+
+
+def test_a_light_closed_loop_waits_in_waves_longer_than_md1_says():
+    # given DeepSeek-V3 fp8 on B200: one prefill worker of 8 attention-DP ranks, one TP8
+    # decode worker, 32 clients of 8,192 / 1,024 tokens: 4 clients per prefill rank, load 0.09
+    waves, md1, with_factor = _wave_case(DEEPSEEK_V3, B200, "fp8", DEP8, TEP8, 8192, 1024, 32)
+    assert waves.simulated[0] and md1.prefill_load[0] == pytest.approx(0.094, abs=0.005)
+    # when the benchmark is replayed (clients released together, lengths drawn in [0.8, 1])
+    # then the prompts, which come back together, wait ~4x M/D/1's mean for each other
+    floor = WAVE_FLOOR_STEPS * waves.step_full_s[0]
+    expected = (waves.simulated_wait_s[0] + floor) / (waves.md1_wait_s[0] + floor)
+    assert waves.factor[0] == pytest.approx(expected, rel=1e-12)
+    assert 3.0 < waves.factor[0] < 5.0
+    # and the mean-value TTFT moves from M/D/1's toward the simulated median
+    sim_ms = waves.simulated_ttft_s[0] * 1e3
+    assert abs(with_factor.ttft_ms[0] - sim_ms) < 0.6 * abs(md1.ttft_ms[0] - sim_ms)
+
+
+def test_near_saturation_the_median_waits_a_fraction_of_md1s_mean():
+    # given Llama 3.1 70B, one TP4 prefill and one TP4 decode worker on H100, 64 clients of
+    # 1,024 / 256 tokens: the prefill pool at load 0.78
+    waves, md1, with_factor = _wave_case(LLAMA_70B, H100, "bf16", {**TP4, "workers": 1},
+                                         {**TP4, "workers": 1}, 1024, 256, 64)  # fmt: skip
+    assert md1.prefill_load[0] == pytest.approx(0.78, abs=0.02)
+    # then the closed loop bounds the queue: the median waits under half the M/D/1 mean
+    assert 0.05 < waves.factor[0] < 0.5
+    # and the prediction moves toward the simulated median (the closed loop re-balances:
+    # less wait, more throughput, more load; so it does not land on it)
+    sim_ms = waves.simulated_ttft_s[0] * 1e3
+    assert sim_ms < with_factor.ttft_ms[0] < md1.ttft_ms[0]
+
+
+def test_open_loop_and_slot_bound_rows_keep_the_md1_wait():
+    # given the same deployment at blank concurrency (max throughput) and with 2 decode slots
+    # for 16 clients (every slot taken: the slot queue, not the prefill's, sets the wait)
+    pools = dict(prefill={**TP4, "workers": 2}, decode={**TP4, "workers": 1})
+    args = dict(models=LLAMA_70B, gpus=H100, weight_precision="bf16", kv_precision=None,
+                isl=4096, osl=512, **pools)  # fmt: skip
+    blank = closed_loop_wait_factors(**args, concurrency=np.nan)
+    full = closed_loop_wait_factors(**args, concurrency=16, engine=EngineSettings(max_num_seqs=2))
+    # then neither is simulated and both keep factor 1
+    for waves in (blank, full):
+        assert not waves.simulated[0] and waves.factor[0] == 1.0
+        assert np.isnan(waves.simulated_ttft_s[0])
