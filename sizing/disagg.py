@@ -455,7 +455,7 @@ def link_wait_s(rps_per_rank, wire_s):
     """A decode rank's link: busy share ``u = min(X_rank * wire_s, MAX_RHO)`` and the M/D/1
     wait behind other requests' transfers ``u / (2 (1 - u)) * wire_s`` (s). Returns (u, wait)."""
     u = np.minimum(rps_per_rank * wire_s, MAX_RHO)
-    return u, u / (2.0 * (1.0 - u)) * wire_s
+    return u, md1_wait_s(u, wire_s)
 
 
 # ============================================================================ decode pool
