@@ -30,6 +30,7 @@ sets the loop's arrays up and fills its step-time tables from the core when it a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,7 @@ from sizing import disagg_kernel as K
 from sizing.candidates import CandidateArrays
 from sizing.disagg import (
     UNFITTED,
+    DisaggPoint,
     kv_transfer,
     md1_wait_s,
     point_inputs,
@@ -392,7 +394,7 @@ def _spread(mean_tokens: float) -> LengthDist:
     return LengthDist(mean_tokens, "uniform", low=low * mean_tokens, high=high * mean_tokens)
 
 
-def point_wave_factors(points) -> np.ndarray:
+def point_wave_factors(points: Sequence[DisaggPoint]) -> np.ndarray:
     """Each calibration point's wave factor (``disagg.DisaggPoint``), computed once at the
     physics constants: the point's aggregated profile under ``disagg.UNFITTED``, no measured
     disaggregated value involved, so a sweep held out never shapes its own factor."""
