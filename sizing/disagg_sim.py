@@ -42,6 +42,7 @@ from sizing.disagg import (
     DisaggPoint,
     kv_transfer,
     md1_wait_s,
+    mean_ttft_s,
     point_inputs,
     predict_disagg,
     prefill_pool,
@@ -354,11 +355,12 @@ def closed_loop_wait_factors(**inputs) -> WaveFactors:
     conc = p.concurrency
     simulate = p.fits & np.isfinite(conc) & (conc >= 1) & ~p.slot_bound
     pre = p.prefill
-    base = pre.frontend_s + pre.prefill_s + p.transfer.exposed_s + p.link_wait_s + p.join_s
+    xfer = p.transfer
+    # the model's TTFT without the prefill wait: the one six-term sum, its wait left out
+    base = mean_ttft_s(pre.frontend_s, 0.0, pre.prefill_s, xfer.exposed_s, p.link_wait_s,
+                       p.join_s)  # fmt: skip
     md1 = md1_wait_s(p.prefill_load, pre.step_full_s)
     ttft = np.full(n, np.nan)
-    links = np.broadcast_to(np.asarray(inputs.get("link", "auto"), dtype=object), (n,))
-    overlap = np.broadcast_to(np.asarray(inputs.get("layerwise_overlap", False)), (n,))
     for i in np.flatnonzero(simulate):
         clients = int(round(conc[i]))
         requests = min(WAVE_REQUESTS_PER_CLIENT * clients, WAVE_MAX_REQUESTS)
@@ -367,9 +369,9 @@ def closed_loop_wait_factors(**inputs) -> WaveFactors:
         medians = [
             np.median(simulate_disagg(
                 cp, cd, int(round(pre.workers[i])), int(round(p.decode_workers[i])),
-                _spread(p.transfer.isl_tokens[i]), _spread(p.osl_tokens[i]), requests=requests,
-                concurrency=clients, link=str(links[i]), layerwise_overlap=bool(overlap[i]),
-                seed=seed,
+                _spread(xfer.isl_tokens[i]), _spread(p.osl_tokens[i]), requests=requests,
+                concurrency=clients, link=str(xfer.link[i]),
+                layerwise_overlap=bool(xfer.overlap[i]), seed=seed,
             ).ttft_s)
             for seed in range(replays)
         ]  # fmt: skip

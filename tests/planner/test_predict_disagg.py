@@ -152,7 +152,7 @@ def test_a_closed_loop_row_waits_by_the_wave_factor_its_calibration_used(catalog
     # decode worker under SGLang, 32 clients of 8,192 / 1,024 tokens
     from fleets.calibration import disagg_fits
     from planner.management.commands.predict import catalog_resolver, profile_for
-    from planner.predict_io import parse_row
+    from planner.predict_io import POOL_FIELDS, parse_row
     from sizing.disagg import UNFITTED, fit_for, predict_disagg
     from sizing.disagg_sim import closed_loop_wait_factors
 
@@ -165,8 +165,7 @@ def test_a_closed_loop_row_waits_by_the_wave_factor_its_calibration_used(catalog
                        catalog_resolver())  # fmt: skip
     base = profile_for()(parsed)[0]
     fit = fit_for(disagg_fits(), parsed.engine, parsed.gpu.name)
-    fields = ("workers", "tp", "pp", "ep", "dp")
-    pools = {name: {k: getattr(getattr(parsed.disagg, name), k) for k in fields}
+    pools = {name: {k: getattr(getattr(parsed.disagg, name), k) for k in POOL_FIELDS}
              for name in ("prefill", "decode")}  # fmt: skip
     args = dict(models=parsed.model, gpus=parsed.gpu, weight_precision="fp8", kv_precision=None,
                 isl=8192.0, osl=1024.0, concurrency=32.0, engine=parsed.engine_settings(),
