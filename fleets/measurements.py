@@ -57,6 +57,7 @@ weights, else the weight precision) and is flagged ``kv_precision_assumed``.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
 import re
@@ -1529,6 +1530,77 @@ def recipe_value(
                 (family, gpu, precision, isl, osl, p_key, d_key, concurrency), set()
             )
     return found.pop() if len(found) == 1 else 0
+
+
+#: InferenceX draws each request's lengths in [0.8, 1] x nominal (``--random-range-ratio 0.8``),
+#: so a row may state a recipe's lengths as nominal or as their drawn mean, 0.9 x nominal
+DRAWN_MEAN_OF_NOMINAL = 0.9
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """What a published launch recipe set for a disaggregated deployment, per attention-DP
+    rank (0: the recipe does not say): the decode workers' max batch (TRT-LLM
+    ``max_batch_size``) and the prefill workers' prompt tokens per step."""
+
+    decode_max_batch: int = 0
+    prefill_budget_tokens: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.decode_max_batch or self.prefill_budget_tokens)
+
+    def label(self) -> str:
+        """E.g. "launch recipe: decode max batch 8 per rank"."""
+        said = []
+        if self.decode_max_batch:
+            said.append(f"decode max batch {self.decode_max_batch} per rank")
+        if self.prefill_budget_tokens:
+            said.append(f"prefill {self.prefill_budget_tokens:,} tokens a step per rank")
+        return "launch recipe: " + ", ".join(said) if said else ""
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_recipe_values() -> tuple[dict, dict]:
+    return recipe_decode_batches(), recipe_prefill_budgets()
+
+
+def _nominal_lengths(tokens: float, nominals: Iterable[int]) -> list[int]:
+    """The recipe lengths ``tokens`` states: a nominal length itself, or its drawn mean
+    (``DRAWN_MEAN_OF_NOMINAL`` x nominal, to the token). Example: 922 and 1,024 both state
+    1,024."""
+    return sorted(n for n in set(nominals)
+                  if tokens == n or abs(tokens - DRAWN_MEAN_OF_NOMINAL * n) <= 1.0)  # fmt: skip
+
+
+def launch_settings(
+    family: str,
+    gpu_slug: str,
+    precision: str,
+    isl: float,
+    osl: float,
+    layout: Mapping[str, Mapping[str, int]],
+    concurrency: float,
+    values: tuple[dict, dict] | None = None,
+) -> LaunchSettings:
+    """The shipped recipes' settings (``disagg-recipes.csv``, ``recipe_value``) for a
+    disaggregated deployment stated as ``predict`` states it: pools of ``workers``, GPUs per
+    worker ``tp`` x ``dp`` and ``dp`` attention ranks, lengths nominal or drawn-mean, the
+    recipe's own concurrency. ``LaunchSettings()`` when none matches (a blank or fractional
+    concurrency matches none). ``values``: (decode batches, prefill budgets); the shipped
+    recipes when None."""
+    batches, budgets = values if values is not None else _shipped_recipe_values()
+    if not math.isfinite(concurrency) or concurrency != int(concurrency):
+        return LaunchSettings()
+    lengths = {(k[3], k[4]) for k in (*batches, *budgets)}
+    found = LaunchSettings()
+    for nominal_isl in _nominal_lengths(isl, (i for i, _ in lengths)):
+        for nominal_osl in _nominal_lengths(osl, (o for _, o in lengths)):
+            key = (family, gpu_slug, precision, nominal_isl, nominal_osl, layout,
+                   int(concurrency))  # fmt: skip
+            found = LaunchSettings(recipe_value(batches, *key), recipe_value(budgets, *key))
+            if found:
+                return found
+    return found
 
 
 # ---------------------------------------------------------------- aggregated launch recipes

@@ -8,11 +8,12 @@ a few hundred distinct look-ups, and the core evaluates all good rows in one vec
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import math
 import re
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -138,9 +139,39 @@ class ParsedRow:
     disagg: DisaggLayout | None = None
     #: open-loop Poisson arrivals (req/s per instance); NaN: closed loop at ``concurrency``
     request_rate: float = math.nan
+    #: a disaggregated row's published launch recipe (``fleets.measurements.LaunchSettings``:
+    #: decode max batch, prefill tokens a step), where the caller found one; None: none
+    launch: Any = None
 
     def engine_settings(self) -> EngineSettings:
         return _engine_settings(self.engine, self.settings)
+
+    def pool_engines(self) -> tuple[EngineSettings, EngineSettings]:
+        """(decode, prefill) workers' engine settings of a disaggregated row: the row's own
+        settings, and where it leaves them blank its launch recipe's decode max batch
+        (``max_num_seqs``) and prefill tokens a step (``max_num_batched_tokens``), as the
+        calibration reads its measured rows (``sizing.disagg.point_inputs``)."""
+        decode, prefill = dict(self.settings), dict(self.settings)
+        if self.launch and self.launch.decode_max_batch:
+            decode["max_num_seqs"] = int(self.launch.decode_max_batch)
+        if self.launch and self.launch.prefill_budget_tokens:
+            prefill["max_num_batched_tokens"] = int(self.launch.prefill_budget_tokens)
+        return (_engine_settings(self.engine, tuple(sorted(decode.items()))),
+                _engine_settings(self.engine, tuple(sorted(prefill.items()))))  # fmt: skip
+
+    def with_launch(self, recipe) -> ParsedRow:
+        """This row with what ``recipe`` (a ``LaunchSettings`` or None) sets that the row's
+        own settings leave blank (a stated ``max_num_seqs`` / ``max_num_batched_tokens``
+        wins); ``launch`` None where that is nothing."""
+        if recipe:
+            stated = dict(self.settings)
+            recipe = dataclasses.replace(
+                recipe,
+                decode_max_batch=0 if "max_num_seqs" in stated else recipe.decode_max_batch,
+                prefill_budget_tokens=0 if "max_num_batched_tokens" in stated
+                else recipe.prefill_budget_tokens,
+            )  # fmt: skip
+        return dataclasses.replace(self, launch=recipe or None)
 
 
 def _engine(row: dict) -> tuple[str, str]:
@@ -422,12 +453,16 @@ def predict_csv(
     resolver: Resolver,
     calibration_for=lambda row: (Calibration(), "physics defaults"),
     simulate: bool = False,
+    launch_for=lambda row: None,
 ) -> dict:
     """Read IN.csv from ``source`` and write OUT.csv to ``sink``; return counts.
 
     ``calibration_for(parsed_row) -> (Calibration, profile label)``: the profile each row
     uses (its GPU, engine family and release, weight precision); the label fills the
     ``profile`` column.
+
+    ``launch_for(parsed_row) -> LaunchSettings | None``: a disaggregated row's published
+    launch recipe (``ParsedRow.pool_engines``), named in its ``profile`` column.
 
     ``simulate``: replace throughput and the TTFT/TPOT medians of fitting rows by the
     discrete-event simulator's (slow path, ~0.05-1 s per row) instead of the mean-value model.
@@ -447,6 +482,9 @@ def predict_csv(
             parsed.append(None)
             errors[i] = str(exc)
     good = [i for i, p in enumerate(parsed) if p is not None]
+    for i in good:
+        if parsed[i].disagg is not None:
+            parsed[i] = parsed[i].with_launch(launch_for(parsed[i]))
     results = _predict(parsed, good, calibration_for)
     if simulate:
         for i in good:
@@ -495,9 +533,11 @@ def _predict_disagg(parsed: list, good: list[int], calibration_for) -> dict[int,
     fits = [fit_for(disagg_fits(), r.engine, r.gpu.name) for r in rows]
     bases = [calibration_for(r) for r in rows]
     profiles = []
-    for (base, label), fit in zip(bases, fits, strict=True):
+    for (base, label), fit, row in zip(bases, fits, rows, strict=True):
         suffix = " + disagg fit" if fit is not UNFITTED else ""
-        profiles.append((fit.calibrate(base), label + suffix))
+        recipe = f" + {row.launch.label()}" if row.launch else ""
+        profiles.append((fit.calibrate(base), label + suffix + recipe))
+    engines = [r.pool_engines() for r in rows]
     layouts = [r.disagg for r in rows]
     deployment = dict(
         models=[r.model for r in rows],
@@ -509,7 +549,8 @@ def _predict_disagg(parsed: list, good: list[int], calibration_for) -> dict[int,
         isl=np.array([r.isl for r in rows]),
         osl=np.array([r.osl for r in rows]),
         concurrency=np.array([r.concurrency for r in rows]),
-        engine=[r.engine_settings() for r in rows],
+        engine=[decode for decode, _ in engines],
+        prefill_engine=[prefill for _, prefill in engines],
         link=np.array([d.link for d in layouts], dtype=object),
         layerwise_overlap=np.array([d.layerwise_overlap for d in layouts]),
         expert_precision=[r.expert_precision or None for r in rows],
@@ -578,11 +619,11 @@ def simulate_disagg_row(row: ParsedRow, predicted: dict, calibration_for) -> dic
     from sizing.disagg_sim import simulate_disagg
     from sizing.simulate import LengthDist
 
-    d, engine = row.disagg, row.engine_settings()
+    d, (decode_engine, prefill_engine) = row.disagg, row.pool_engines()
     fit = fit_for(disagg_fits(), row.engine, row.gpu.name)
     calibration = fit.calibrate(calibration_for(row)[0])
 
-    def worker(pool):
+    def worker(pool, engine):
         return CandidateArrays.build(row.model, row.gpu, row.weight_precision,
                                      row.kv_precision or None, pool.tp, pool.pp, pool.ep,
                                      pool.dp, engine, calibration,
@@ -593,7 +634,8 @@ def simulate_disagg_row(row: ParsedRow, predicted: dict, calibration_for) -> dic
         conc = predicted["max_concurrency"]
     conc = int(max(conc, 1))
     try:
-        result = simulate_disagg(worker(d.prefill), worker(d.decode), d.prefill.workers,
+        result = simulate_disagg(worker(d.prefill, prefill_engine),
+                                 worker(d.decode, decode_engine), d.prefill.workers,
                                  d.decode.workers, LengthDist(row.isl), LengthDist(row.osl),
                                  requests=max(10 * conc, 300), concurrency=conc,
                                  warmup_requests=2 * conc, link=d.link,

@@ -667,6 +667,33 @@ def test_recipes_that_disagree_or_name_no_batch_give_none(tmp_path):
     assert m.recipe_value(batches, "sglang", "h100_sxm", "fp8", 1024, 1024, layout, 64) == 0
 
 
+def test_a_deployment_stated_as_predict_states_it_finds_its_launch_recipe(tmp_path):
+    # given the GB300 FP8 1k/8k entry "ctx1_gen4_tep8_batch8" run at 4 and 36 clients
+    batches = _recipes(
+        tmp_path,
+        "k,dynamo-trt,fp8,gb300,img,1024,8192,none,1,4,4,true,4,8,8,false,8,4 36,"
+        "recipes/ctx1_gen4_tep8_batch8_eplb0_mtp0.yaml,abc",
+    )
+    values = (batches, {})
+    # and its pools as a predict row gives them: GPUs per worker tp x pp, attention-DP ranks
+    pools = {
+        "prefill": {"workers": 1, "tp": 1, "dp": 4},
+        "decode": {"workers": 4, "tp": 8, "dp": 1},
+    }
+
+    def found(isl, osl, clients, family="trtllm"):
+        return m.launch_settings(family, "gb300", "fp8", isl, osl, pools, clients, values)
+
+    # then the nominal lengths and their drawn mean (0.9 x nominal, to the token) both match
+    assert found(1024, 8192, 36) == m.LaunchSettings(decode_max_batch=8)
+    assert found(922, 7373, 36) == found(921, 7372, 36) == m.LaunchSettings(decode_max_batch=8)
+    assert found(1024, 8192, 36).label() == "launch recipe: decode max batch 8 per rank"
+    # other lengths, another concurrency, a blank or fractional one, another engine: none
+    for miss in (found(900, 7373, 36), found(1024, 8192, 64), found(1024, 8192, float("nan")),
+                 found(1024, 8192, 36.5), found(1024, 8192, 36, "sglang")):  # fmt: skip
+        assert miss == m.LaunchSettings() and not miss and miss.label() == ""
+
+
 @pytest.mark.parametrize(
     ("max_prefill", "chunk", "dp", "dp_attention", "per_rank"),
     [

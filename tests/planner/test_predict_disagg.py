@@ -179,3 +179,27 @@ def test_a_closed_loop_row_waits_by_the_wave_factor_its_calibration_used(catalog
     assert waves.simulated[0] and waves.factor[0] > 1.5
     assert float(row["ttft_ms"]) == pytest.approx(core.ttft_ms[0], abs=0.006)
     assert float(row["tpot_ms"]) == pytest.approx(core.tpot_ms[0], abs=0.006)
+
+
+def test_a_row_run_as_a_published_recipe_takes_the_recipes_decode_batch(catalog, tmp_path):
+    # given DeepSeek-R1 fp8 on GB300 under TensorRT-LLM as InferenceX launched it: one prefill
+    # worker of 4 attention-DP ranks and four TP8 decode workers, 36 clients of 1k / 8k
+    # tokens (the shipped recipe "ctx1_gen4_tep8_batch8": 8 sequences per decode rank)
+    header = HEADER.strip() + ",max_num_seqs\n"
+    row = "DeepSeek-R1-0528,GB300,,,,,fp8,,{},36,trtllm,disagg,1,1,1,4,4,4,8,1,8,1,{}\n"
+    # when predicted with its lengths nominal, as their drawn mean (0.9 x), with the recipe's
+    # batch stated, and with a batch of the user's own
+    nominal, drawn, stated, own = predict(
+        tmp_path,
+        row.format("1024,8192", "") + row.format("922,7373", "") + row.format("1024,8192", 8)
+        + row.format("1024,8192", 64),
+        header,
+    )  # fmt: skip
+    # then the blank setting takes the recipe's batch, says so, and answers as if stated
+    assert "launch recipe: decode max batch 8 per rank" in nominal["profile"]
+    assert "launch recipe" in drawn["profile"] and "launch recipe" not in stated["profile"]
+    for key in ("ttft_ms", "tpot_ms", "total_output_tok_s"):
+        assert nominal[key] == stated[key]
+    # 32 slots for 36 clients: four wait for a slot, seconds against a roomy decode pool
+    assert float(nominal["ttft_ms"]) > 5 * float(own["ttft_ms"])
+    assert "launch recipe" not in own["profile"]

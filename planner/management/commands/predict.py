@@ -47,6 +47,25 @@ def calibration_for():
     )[0]
 
 
+def launch_for():
+    """``ParsedRow -> LaunchSettings``: a disaggregated row's published launch recipe
+    (``fleets.measurements.launch_settings``: same engine, GPU, precision, lengths, pools and
+    concurrency), whose decode max batch and prefill budget fill the settings it leaves
+    blank, as calibration reads its measured rows."""
+    from fleets.measurements import launch_settings
+
+    slug_of = dict(GpuSku.objects.values_list("name", "slug"))
+
+    def find(row):
+        pools = {name: {"workers": pool.workers, "tp": pool.tp * pool.pp, "dp": pool.dp}
+                 for name, pool in (("prefill", row.disagg.prefill),
+                                    ("decode", row.disagg.decode))}  # fmt: skip
+        return launch_settings(row.engine, slug_of.get(row.gpu.name, ""), row.weight_precision,
+                               row.isl, row.osl, pools, row.concurrency)  # fmt: skip
+
+    return find
+
+
 class Command(BaseCommand):
     help = (
         "Predict fit, throughput (output tok/s) and median TTFT/TPOT for each row of a CSV "
@@ -85,7 +104,12 @@ class Command(BaseCommand):
                 raise CommandError(f"cannot write {output}: {exc.strerror}") from exc
             try:
                 counts = predict_csv(
-                    source, sink, catalog_resolver(), profile_for(), simulate=simulate
+                    source,
+                    sink,
+                    catalog_resolver(),
+                    profile_for(),
+                    simulate=simulate,
+                    launch_for=launch_for(),
                 )
             except (ValueError, UnicodeDecodeError) as exc:
                 raise CommandError(f"{input}: {exc}") from exc
