@@ -378,3 +378,23 @@ def test_law_more_prefill_workers_never_hurt_with_the_wave_factor(workers, concu
     # moves ~10 % with its length draws, which broke this at 4 -> 5 workers, 16 clients)
     assert b.requests_per_s[0] >= a.requests_per_s[0] * (1 - 1e-6)
     assert b.ttft_ms[0] <= a.ttft_ms[0] * (1 + 1e-6)
+
+
+def test_rows_repeating_a_deployment_replay_it_once(monkeypatch):
+    # given three rows of which the first and last describe one deployment (a CSV with a row
+    # per measured metric repeats it) and the middle one has more clients
+    import sizing.disagg_sim as module
+
+    calls = []
+    real = module.simulate_disagg
+    monkeypatch.setattr(module, "simulate_disagg", lambda *a, **k: calls.append(1) or real(*a, **k))
+    one = {k: np.full(3, v) for k, v in {**TP4, "workers": 1}.items()}
+    # when their wave factors are computed
+    waves = closed_loop_wait_factors(models=[LLAMA_70B] * 3, gpus=[H100] * 3, prefill=one,
+                                     decode=one, weight_precision="bf16", kv_precision=None,
+                                     isl=1024,
+                                     osl=256, concurrency=np.array([64.0, 96.0, 64.0]))  # fmt: skip
+    # then the repeated deployment shares one set of replays (4 of 640 requests each for 64
+    # clients, 3 of 960 for 96) and gets the same factor, the other its own
+    assert waves.simulated.all() and len(calls) == 4 + 3
+    assert waves.factor[0] == waves.factor[2] != waves.factor[1]
