@@ -9,7 +9,9 @@ calibration profile, fits the disaggregated constants per engine family
 (``sizing.disagg.DISAGG_CONSTANTS``) and cross-validates holding one *sweep* out at a time
 (GPU x engine x precision x ISL/OSL: the configuration the fit never saw). ``--write-fixture``
 rewrites fleets/catalog/disagg_calibration.json (the constants fitted on all points), which
-``predict`` loads. Uses the default database (catalog loaded on demand).
+``predict`` loads, and then scores ``predict`` itself on the same rows with them (the door
+section: launch recipes and all, as a user's CSV reaches it). Uses the default database
+(catalog loaded on demand).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "disaggregated.md"
 FIXTURE = ROOT / "fleets" / "catalog" / "disagg_calibration.json"
 TARGETS_PCT = {"tpot_ms": 20.0, "ttft_ms": 35.0}
-DRAWN_LENGTH_FACTOR = 0.9  # InferenceX draws lengths in [0.8, 1] x nominal
 RAW_METRICS = ("ttft_ms_median", "tpot_ms_median", "output_tok_s_per_gpu")
 
 
@@ -63,8 +64,9 @@ def _setup_django() -> None:
         load_shipped_profiles()
 
 
-def disagg_points():
-    """(points, left out as (row id, reason)) from the shipped disaggregated rows."""
+def disagg_points(row_ids: set[str] | None = None):
+    """(points, left out as (row id, reason)) from the shipped disaggregated rows (those of
+    ``row_ids`` only, when given)."""
     from fleets.calibration import CatalogSpecs, profile_selector
     from fleets.measurements import (
         disaggregated_layout,
@@ -73,7 +75,7 @@ def disagg_points():
         recipe_prefill_budgets,
         recipe_value,
     )
-    from sizing.calibrate import engine_release
+    from sizing.calibrate import DRAWN_LENGTH_FACTOR, engine_release
     from sizing.disagg import DISAGG_SCORED_METRICS, DisaggPoint
 
     rows, _ = read_shipped_measurements()
@@ -84,6 +86,8 @@ def disagg_points():
     adjusted: set[str] = set()
     for row in rows:
         if not row.disaggregated or row.metric not in DISAGG_SCORED_METRICS:
+            continue
+        if row_ids is not None and row.row_id not in row_ids:
             continue
         if row.raw_metric not in RAW_METRICS:
             reason = "ITL stands in for TPOT (TRT-LLM streams chunks)" if "itl" in \
@@ -195,6 +199,85 @@ def _falling_ttft(points) -> set[str]:
         if any(p.value > 2.0 * o.value for o in same):
             out.add(p.row_id)
     return out
+
+
+#: the measured row's columns a ``predict`` CSV takes (then each pool's ``POOL_FIELDS``)
+DOOR_COLUMNS = ("model", "gpu", "num_gpus", "tp", "pp", "ep", "weight_precision", "kv_precision",
+                "isl", "osl", "concurrency", "engine", "engine_version", "mode")  # fmt: skip
+
+
+def door_predictions(points, launch: bool = True) -> np.ndarray:
+    """Each point's metric as ``predict`` answers its measured row: the contract's columns,
+    lengths at their drawn mean to the token, the run's engine release and the shipped
+    constants; ``launch`` False leaves the launch recipes out (a deployment none describes).
+    Output tokens/s per *decode* GPU as the report scores it."""
+    import csv
+    import io
+
+    from fleets.measurements import read_shipped_measurements
+    from planner.management.commands.predict import catalog_resolver, launch_for, profile_for
+    from planner.predict_io import POOL_FIELDS, predict_csv
+    from sizing.calibrate import DRAWN_LENGTH_FACTOR, engine_release
+
+    rows = {r.row_id: r for r in read_shipped_measurements()[0]}
+    source = io.StringIO()
+    writer = csv.writer(source)
+    pool_names = ("prefill", "decode")
+    writer.writerow([*DOOR_COLUMNS, *(f"{n}_{k}" for n in pool_names for k in POOL_FIELDS)])
+    for p in points:
+        r = rows[p.row_id]
+        pools = [getattr(p, n).get(k, 1) for n in pool_names for k in POOL_FIELDS]
+        writer.writerow([r.model, p.gpu.name, "", "", "", "", p.weight_precision, p.kv_precision,
+                         round(DRAWN_LENGTH_FACTOR * r.isl), round(DRAWN_LENGTH_FACTOR * r.osl),
+                         int(p.concurrency), p.engine,
+                         engine_release(r.engine_family, r.engine, r.source_version), "disagg",
+                         *pools])  # fmt: skip
+    sink = io.StringIO()
+    predict_csv(io.StringIO(source.getvalue()), sink, catalog_resolver(), profile_for(),
+                launch_for=launch_for() if launch else (lambda row: None))  # fmt: skip
+    out = []
+    for p, row in zip(points, csv.DictReader(io.StringIO(sink.getvalue())), strict=True):
+        if row["fits"] != "true":
+            out.append(math.nan)
+        elif p.metric == "output_tok_s_per_gpu":
+            out.append(float(row["total_output_tok_s"]) / float(row["decode_gpus"]))
+        else:
+            out.append(float(row[p.metric]))
+    return np.array(out)
+
+
+def door_lines(points, report: np.ndarray) -> list[str]:
+    """What ``predict`` answers for the measured rows, against the report's own figures."""
+    from sizing.disagg import DISAGG_SCORED_METRICS
+
+    door, bare = door_predictions(points), door_predictions(points, launch=False)
+
+    def medians(pred):
+        ape = _ape(pred, points)
+        return " / ".join(f"{100 * np.nanmedian([a for a, p in zip(ape, points, strict=True)
+                                                 if p.metric == m]):.1f}"
+                          for m in DISAGG_SCORED_METRICS)  # fmt: skip
+
+    both = np.isfinite(door) & np.isfinite(report)
+    gap = np.abs(door[both] / report[both] - 1.0) * 100
+    return [
+        "## At the door: `predict` on the same rows",
+        "",
+        "Every measured row above written as a `predict` CSV (the contract's columns, lengths",
+        "at their drawn mean to the token, the engine release the run used) and predicted with",
+        "the shipped constants (`fleets/catalog/disagg_calibration.json`), in sample. A row run",
+        "as a published launch recipe takes its decode max batch and prefill budget, as the",
+        "report's points do (`fleets.measurements.launch_settings`).",
+        "",
+        "| door | TTFT / TPOT / tok/s per decode GPU, median APE % |",
+        "| --- | --- |",
+        f"| `predict` | {medians(door)} |",
+        f"| `predict` without the launch recipes (a deployment none describes) | {medians(bare)} |",
+        "",
+        f"`predict` against this report's in-sample prediction, row by row: median "
+        f"{np.median(gap):.2f} %, at most {np.max(gap):.1f} % (whole-token lengths against 0.9 x"
+        f" nominal), over {int(both.sum())} rows.",
+    ]
 
 
 def _ape(predicted: np.ndarray, points) -> np.ndarray:
@@ -346,6 +429,7 @@ def main(argv=None) -> str:
     parser.add_argument("--max-nfev", type=int, default=40)
     args = parser.parse_args(argv)
     _setup_django()
+    from fleets.calibration import disagg_fits
     from sizing.disagg import (
         DISAGG_CONSTANTS,
         DISAGG_SCORED_METRICS,
@@ -361,7 +445,6 @@ def main(argv=None) -> str:
     fits = fit_all(points, max_nfev=args.max_nfev)
     in_sample = predict_points(points, fits)
     held_out = cross_validate(points, max_nfev=args.max_nfev)
-    elapsed = time.time() - started
 
     def by_metric(pred):
         return _summary(_ape(pred, points), points, lambda p: p.metric)
@@ -469,9 +552,6 @@ def main(argv=None) -> str:
             f"{_cell(sweeps_in.get(('tpot_ms', group)))} | "
             f"{_cell(sweeps_in.get(('ttft_ms', group)))} |"
         )
-    lines += ["", *worked_example(), f"Run time: {elapsed:.0f} s.", ""]
-    text = "\n".join(lines)
-    DOC.write_text(text)
     if args.write_fixture:
         payload = {
             "source": "scripts/disagg_report.py on the disaggregated rows of "
@@ -483,6 +563,11 @@ def main(argv=None) -> str:
             },
         }
         FIXTURE.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+        disagg_fits.cache_clear()  # the door reads the constants just written
+    lines += ["", *door_lines(points, in_sample)] if args.write_fixture else []
+    lines += ["", *worked_example(), f"Run time: {time.time() - started:.0f} s.", ""]
+    text = "\n".join(lines)
+    DOC.write_text(text)
     print(text)
     return text
 

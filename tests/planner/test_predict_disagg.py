@@ -3,6 +3,7 @@
 import csv
 import io
 
+import numpy as np
 import pytest
 from django.core.management import call_command
 
@@ -203,3 +204,28 @@ def test_a_row_run_as_a_published_recipe_takes_the_recipes_decode_batch(catalog,
     # 32 slots for 36 clients: four wait for a slot, seconds against a roomy decode pool
     assert float(nominal["ttft_ms"]) > 5 * float(own["ttft_ms"])
     assert "launch recipe" not in own["profile"]
+
+
+def test_the_report_scores_predict_on_its_rows_as_its_points_predict_them(catalog):
+    # given the measured GB300 FP8 1k/8k TensorRT-LLM rows at 36 clients (recipe
+    # "ctx1_gen4_tep8_batch8": 32 decode slots), as the disaggregated report reads them
+    import importlib.util
+    from pathlib import Path
+
+    from fleets.calibration import disagg_fits
+    from sizing.disagg import predict_points
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "disagg_report.py"
+    spec = importlib.util.spec_from_file_location("disagg_report", path)
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    points, _ = report.disagg_points({"c3635", "c3638", "c3645"})
+    assert [p.metric for p in points] == ["ttft_ms", "tpot_ms", "output_tok_s_per_gpu"]
+    assert points[0].decode_max_batch == 8 and points[0].prefill_wait_factor == 1.0
+    # when its door writes them as a predict CSV, with and without the launch recipes
+    door = report.door_predictions(points)
+    bare = report.door_predictions(points, launch=False)
+    # then predict answers as the report's points (its lengths whole tokens: within 1 %)
+    assert door == pytest.approx(predict_points(points, disagg_fits()), rel=0.01)
+    # and without the recipe the four clients beyond the slots never wait: TTFT far lower
+    assert bare[0] < door[0] / 5 and all(np.isfinite(bare))
