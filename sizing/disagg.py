@@ -1393,7 +1393,8 @@ DISAGG_METRICS = ("ttft_ms", "tpot_ms")
 #: stop 48's aggregated profiles (TTFT 32.9 %); on stop 49's it read 36.7 against soft-L1's
 #: 37.1, the choice itself cross-validated 39.6 (README, "A robust loss"). With the closed
 #: loop's wave factor (stop 50) it reads 32.8 (its neighbours 0.07 / 0.14: 33.4 / 33.9; 0.2:
-#: 36.6) against soft-L1's 39.1, and nested 35.5 with the inner folds picking it for 35 of 44.
+#: 36.6) against soft-L1's 39.1, and nested 35.5 with the inner folds picking it for 35 of 44;
+#: nested over all seven losses ever tried, 37.0 (stop 51: the data do not settle the loss).
 DISAGG_LOSS = "cauchy"
 DISAGG_LOSS_SCALE = 0.1
 #: What the report scores: the fitted metrics and the published output tokens/s per *decode*
