@@ -204,6 +204,10 @@ def test_a_row_run_as_a_published_recipe_takes_the_recipes_decode_batch(catalog,
     # 32 slots for 36 clients: four wait for a slot, seconds against a roomy decode pool
     assert float(nominal["ttft_ms"]) > 5 * float(own["ttft_ms"])
     assert "launch recipe" not in own["profile"]
+    # and the same deployment with MTP matches no recipe (the shipped ones are not speculative)
+    (mtp,) = predict(tmp_path, row.format("1024,8192", "")[:-1] + ",mtp,1,0.8\n",
+                     header.strip() + ",spec_method,spec_tokens,spec_acceptance\n")  # fmt: skip
+    assert mtp["fits"] == "true" and "launch recipe" not in mtp["profile"]
 
 
 def test_the_report_scores_predict_on_its_rows_as_its_points_predict_them(catalog):

@@ -51,12 +51,15 @@ def launch_for():
     """``ParsedRow -> LaunchSettings``: a disaggregated row's published launch recipe
     (``fleets.measurements.launch_settings``: same engine, GPU, precision, lengths, pools and
     concurrency), whose decode max batch and prefill budget fill the settings it leaves
-    blank, as calibration reads its measured rows."""
+    blank, as calibration reads its measured rows. A speculative row matches none: the
+    shipped recipes are the non-speculative ones."""
     from fleets.measurements import launch_settings
 
     slug_of = dict(GpuSku.objects.values_list("name", "slug"))
 
     def find(row):
+        if any(name.startswith("spec_") for name, _ in row.settings):
+            return None
         pools = {name: {"workers": pool.workers, "tp": pool.tp * pool.pp, "dp": pool.dp}
                  for name, pool in (("prefill", row.disagg.prefill),
                                     ("decode", row.disagg.decode))}  # fmt: skip
