@@ -1564,12 +1564,14 @@ def _shipped_recipe_values() -> tuple[dict, dict]:
     return recipe_decode_batches(), recipe_prefill_budgets()
 
 
-def _nominal_lengths(tokens: float, nominals: Iterable[int]) -> list[int]:
-    """The recipe lengths ``tokens`` states: a nominal length itself, or its drawn mean
-    (``DRAWN_MEAN_OF_NOMINAL`` x nominal, to the token). Example: 922 and 1,024 both state
-    1,024."""
-    return sorted(n for n in set(nominals)
-                  if tokens == n or abs(tokens - DRAWN_MEAN_OF_NOMINAL * n) <= 1.0)  # fmt: skip
+def _nominal_lengths(tokens: float) -> list[int]:
+    """The recipe lengths ``tokens`` may state: itself, or a nominal length whose drawn mean
+    (``DRAWN_MEAN_OF_NOMINAL`` x nominal) it is to the token, for ``recipe_value`` to look
+    up. Example: 922 states 922, 1,024 or 1,025 (the recipes run 1,024)."""
+    low = math.ceil((tokens - 1.0) / DRAWN_MEAN_OF_NOMINAL)
+    high = math.floor((tokens + 1.0) / DRAWN_MEAN_OF_NOMINAL)
+    drawn = range(low, high + 1)
+    return [int(tokens), *drawn] if tokens == int(tokens) else list(drawn)
 
 
 def launch_settings(
@@ -1591,10 +1593,9 @@ def launch_settings(
     batches, budgets = values if values is not None else _shipped_recipe_values()
     if not math.isfinite(concurrency) or concurrency != int(concurrency):
         return LaunchSettings()
-    lengths = {(k[3], k[4]) for k in (*batches, *budgets)}
     found = LaunchSettings()
-    for nominal_isl in _nominal_lengths(isl, (i for i, _ in lengths)):
-        for nominal_osl in _nominal_lengths(osl, (o for _, o in lengths)):
+    for nominal_isl in _nominal_lengths(isl):
+        for nominal_osl in _nominal_lengths(osl):
             key = (family, gpu_slug, precision, nominal_isl, nominal_osl, layout,
                    int(concurrency))  # fmt: skip
             found = LaunchSettings(recipe_value(batches, *key), recipe_value(budgets, *key))
