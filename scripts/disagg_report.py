@@ -145,22 +145,14 @@ def disagg_points(row_ids: set[str] | None = None):
 
 
 def _with_wave_factors(points):
-    """The points with their closed-loop wave factor (``sizing.disagg_sim``), simulated once
-    per measured condition at the physics constants (a TTFT and a TPOT point share one)."""
+    """The points with their closed-loop wave factor (``sizing.disagg_sim``), simulated at
+    the physics constants (a TTFT and a TPOT point of one condition share its replays)."""
     import dataclasses
 
     from sizing.disagg_sim import point_wave_factors
 
-    def condition(p):
-        return (p.group, str(p.prefill), str(p.decode), p.concurrency, p.decode_max_batch,
-                p.prefill_budget_tokens)  # fmt: skip
-
-    first = {}
-    for p in points:
-        first.setdefault(condition(p), p)
-    factor = dict(zip(first, point_wave_factors(list(first.values())), strict=True))
-    return [dataclasses.replace(p, prefill_wait_factor=float(factor[condition(p)]))
-            for p in points]  # fmt: skip
+    return [dataclasses.replace(p, prefill_wait_factor=float(f))
+            for p, f in zip(points, point_wave_factors(points), strict=True)]  # fmt: skip
 
 
 def _wave_lines(points) -> list[str]:
