@@ -141,4 +141,5 @@ def gpu_spec(row: GpuSku, usd_per_gpu_hour: float = 0.0) -> GpuSpec:
         scale_up_domain_gpus=row.scale_up_domain_gpus,
         usd_per_gpu_hour=usd_per_gpu_hour,
         **({"scale_out_gb_s": row.nic_gb_s} if row.nic_gb_s else {}),
+        vendor=row.vendor,
     )

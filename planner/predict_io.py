@@ -530,7 +530,7 @@ def _predict_disagg(parsed: list, good: list[int], calibration_for) -> dict[int,
     from sizing.disagg_sim import closed_loop_wait_factors
 
     rows = [parsed[i] for i in good]
-    fits = [fit_for(disagg_fits(), r.engine, r.gpu.name) for r in rows]
+    fits = [fit_for(disagg_fits(), r.engine, r.gpu.name, r.gpu.vendor) for r in rows]
     bases = [calibration_for(r) for r in rows]
     profiles = []
     for (base, label), fit, row in zip(bases, fits, rows, strict=True):
@@ -620,7 +620,7 @@ def simulate_disagg_row(row: ParsedRow, predicted: dict, calibration_for) -> dic
     from sizing.simulate import LengthDist
 
     d, (decode_engine, prefill_engine) = row.disagg, row.pool_engines()
-    fit = fit_for(disagg_fits(), row.engine, row.gpu.name)
+    fit = fit_for(disagg_fits(), row.engine, row.gpu.name, row.gpu.vendor)
     calibration = fit.calibrate(calibration_for(row)[0])
 
     def worker(pool, engine):

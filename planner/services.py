@@ -789,8 +789,9 @@ def _calibrations(scenario: Scenario, gpus) -> dict:
 
 def _disagg_fits(scenario: Scenario, gpus, candidates: list[dict]) -> dict:
     """Per GPU with a disaggregated candidate: the disaggregated constants its engine's fit
-    gives (``sizing.disagg.fit_for``: the GPU x engine fit, else the engine's, else the
-    prior), applied over the GPU's profile when the candidate is built (planner.snapshot)."""
+    gives (``sizing.disagg.fit_for``: the GPU x engine fit, else the engine build's on the
+    GPU's vendor, else the engine's, else the prior), applied over the GPU's profile when the
+    candidate is built (planner.snapshot)."""
     from fleets.calibration import disagg_fits
     from sizing.disagg import fit_for
 
@@ -801,7 +802,7 @@ def _disagg_fits(scenario: Scenario, gpus, candidates: list[dict]) -> dict:
     out = {}
     for gpu in gpus:
         if gpu.slug in wanted:
-            fit = fit_for(fits, scenario.engine, gpu.name)
+            fit = fit_for(fits, scenario.engine, gpu.name, gpu.vendor)
             out[gpu.slug] = {"engine": fit.engine, "values": fit.values, "points": fit.points}
     return out
 

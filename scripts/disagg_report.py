@@ -306,16 +306,18 @@ CLIENT_BUCKETS = ((1, 5), (6, 15), (16, 64), (65, 512), (513, math.inf))
 
 
 def ttft_bias_by_clients(predicted: np.ndarray, points) -> list[str]:
-    """TTFT's median predicted / measured and median APE per engine and client bucket: where
-    the held-out error leans one way, the term that grows with the clients is what is off."""
+    """TTFT's median predicted / measured and median APE per engine build and client bucket:
+    where the held-out error leans one way, the term that grows with the clients is off."""
+    from sizing.disagg import point_build
+
     lines = [
-        "| engine | clients | points | median predicted / measured | median APE % |",
+        "| engine build | clients | points | median predicted / measured | median APE % |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for engine in sorted({p.engine for p in points}):
+    for engine in sorted({point_build(p) for p in points}):
         for low, high in CLIENT_BUCKETS:
             pairs = [(v, p.value) for v, p in zip(predicted, points, strict=True)
-                     if p.metric == "ttft_ms" and p.engine == engine
+                     if p.metric == "ttft_ms" and point_build(p) == engine
                      and low <= p.concurrency <= high and np.isfinite(v)]  # fmt: skip
             if not pairs:
                 continue
@@ -427,12 +429,14 @@ def main(argv=None) -> str:
         DISAGG_SCORED_METRICS,
         cross_validate,
         fit_all,
+        point_build,
         predict_points,
     )
 
     started = time.time()
     points, left_out = disagg_points()
     engines = sorted({p.engine for p in points})
+    builds = sorted({point_build(p) for p in points})
     physics = predict_points(points)
     fits = fit_all(points, max_nfev=args.max_nfev)
     in_sample = predict_points(points, fits)
@@ -473,7 +477,8 @@ def main(argv=None) -> str:
         f"{sum(p.metric == 'tpot_ms' for p in points)} TPOT, "
         f"{sum(p.metric == 'output_tok_s_per_gpu' for p in points)} output tokens/s per decode "
         "GPU, scored and not fitted) in "
-        f"{len({p.group for p in points})} sweeps; engines {', '.join(engines)}.",
+        f"{len({p.group for p in points})} sweeps; engines {', '.join(engines)} (builds "
+        f"{', '.join(builds)}).",
         "",
         "Left out:",
         "",
@@ -499,20 +504,22 @@ def main(argv=None) -> str:
         + ".",
         "",
         "Held out: each sweep (GPU x engine x precision x ISL/OSL) is predicted by constants",
-        "fitted on every other sweep (its engine family's, on all its GPUs); the aggregated",
-        "profile under it is the row's own (fitted on aggregated rows only, never on these).",
+        "fitted on every other sweep (its engine build's: the family's CUDA build on all",
+        "NVIDIA GPUs, its ROCm build on AMD's); the aggregated profile under it is the row's",
+        "own (fitted on aggregated rows only, never on these).",
         "",
         "## TTFT by clients, held out",
         "",
-        "Where the TTFT error leans one way: per engine and closed-loop clients, the median",
+        "Where the TTFT error leans one way: per engine build and closed-loop clients, the median",
         "predicted / measured (above 1: predicted too slow) and the median APE.",
         "",
         *ttft_bias_by_clients(held_out, points),
         "",
         "## Fitted constants (all points)",
         "",
-        "Per engine family, on all its GPUs' points (no GPU x engine fits of their own: held",
-        "out they did worse, see README).",
+        "Per engine build (`sizing.disagg.engine_build`): SGLang's CUDA build on the NVIDIA",
+        "GPUs' points and its ROCm build (AMD SGLang + MoRI) on the MI355X's; no GPU x engine",
+        "fits of their own (held out they did worse, see README).",
         "",
         "| fit | points | " + " | ".join(DISAGG_CONSTANTS) + " |",
         "| --- | --- | " + " | ".join("---" for _ in DISAGG_CONSTANTS) + " |",

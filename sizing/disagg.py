@@ -1395,6 +1395,8 @@ DISAGG_METRICS = ("ttft_ms", "tpot_ms")
 #: loop's wave factor (stop 50) it reads 32.8 (its neighbours 0.07 / 0.14: 33.4 / 33.9; 0.2:
 #: 36.6) against soft-L1's 39.1, and nested 35.5 with the inner folds picking it for 35 of 44;
 #: nested over all seven losses ever tried, 37.0 (stop 51: the data do not settle the loss).
+#: With SGLang's ROCm build fitted apart (``ENGINE_BUILDS``, stop 52) it reads 31.3, nested
+#: over the seven 34.3, the inner folds picking Cauchy 0.07 for 27 of 44 sweeps and 0.1 for 4.
 DISAGG_LOSS = "cauchy"
 DISAGG_LOSS_SCALE = 0.1
 #: What the report scores: the fitted metrics and the published output tokens/s per *decode*
@@ -1438,7 +1440,8 @@ class DisaggPoint:
 
 @dataclass(frozen=True)
 class DisaggFit:
-    """Fitted constants of one engine family (``DISAGG_CONSTANTS``) and their evidence."""
+    """Fitted constants of one engine build (``engine_build``; ``DISAGG_CONSTANTS``) and
+    their evidence."""
 
     engine: str
     values: dict
@@ -1489,10 +1492,36 @@ def fit_key(engine: str, gpu_name: str = "") -> str:
     return f"{engine}/{gpu_name}" if gpu_name else engine
 
 
-def fit_for(fits: dict, engine: str, gpu_name: str) -> DisaggFit:
-    """The GPU x engine fit, else the engine's, else the prior (``UNFITTED``). The shipped
-    fixture holds engine fits only (``fit_all``); a GPU x engine key is still honoured."""
-    return fits.get(fit_key(engine, gpu_name)) or fits.get(engine) or UNFITTED
+#: The kernel stack an engine runs on a vendor's GPUs, where it is not the CUDA build. SGLang
+#: on AMD (ROCm kernels, the MoRI all-to-all between its disaggregated pools) is another
+#: program than NVIDIA's Dynamo + SGLang: fitted together, held out, the MI355X's decode
+#: pools of 8-16 attention-DP ranks ran up to x3 slower than predicted (TPOT x0.31-0.81,
+#: median x0.62) while its TP-8 pools ran faster (x1.08-1.80, median x1.24), and its sweeps
+#: pulled the CUDA build's hand-off to 2.9 decode steps (1.2 without them). Fitted apart,
+#: held-out TTFT / TPOT 32.8 / 16.8 -> 31.3 / 16.7, nested over the seven losses 37.0 /
+#: 16.4 -> 34.3 / 16.2 (stop 52, README).
+ENGINE_BUILDS = {"AMD": "rocm"}
+
+
+def engine_build(engine: str, vendor: str = "") -> str:
+    """Key of an engine build's fit: ``engine`` for the CUDA build (NVIDIA, or a GPU whose
+    vendor is not said), ``engine-rocm`` on AMD GPUs. Example: ("sglang", "AMD") ->
+    "sglang-rocm"."""
+    stack = ENGINE_BUILDS.get(vendor.strip().upper() if vendor else "")
+    return f"{engine}-{stack}" if stack else engine
+
+
+def point_build(p: DisaggPoint) -> str:
+    """The engine build a measured point ran (``engine_build``)."""
+    return engine_build(p.engine, p.gpu.vendor)
+
+
+def fit_for(fits: dict, engine: str, gpu_name: str, vendor: str = "") -> DisaggFit:
+    """The GPU x engine fit, else the engine build's on that vendor (``engine_build``), else
+    the engine's, else the prior (``UNFITTED``). The shipped fixture holds engine-build fits
+    only (``fit_all``); a GPU x engine key is still honoured."""
+    return (fits.get(fit_key(engine, gpu_name)) or fits.get(engine_build(engine, vendor))
+            or fits.get(engine) or UNFITTED)  # fmt: skip
 
 
 def _point_engine(p: DisaggPoint) -> EngineSettings:
@@ -1541,7 +1570,7 @@ def predict_points(points: Sequence[DisaggPoint], fits: dict | None = None) -> n
     if not points:
         return np.zeros(0)
     fits = fits or {}
-    chosen = [fit_for(fits, p.engine, p.gpu.name) for p in points]
+    chosen = [fit_for(fits, p.engine, p.gpu.name, p.gpu.vendor) for p in points]
     out = predict_disagg(
         **point_inputs(points, [f.calibrate(p.calibration) for f, p in zip(chosen, points,
                                                                             strict=True)]),
@@ -1558,30 +1587,34 @@ def predict_points(points: Sequence[DisaggPoint], fits: dict | None = None) -> n
 
 
 def fit_all(points: Sequence[DisaggPoint], **options) -> dict[str, DisaggFit]:
-    """One fit per engine family, on all its GPUs' points.
+    """One fit per engine build (``engine_build``: the family's CUDA build on all NVIDIA
+    GPUs' points, its ROCm build on the AMD GPUs').
 
     No GPU x engine fits of their own: fitted on each GPU's points (at least 12, with the
     engine's fit as prior), held-out TTFT was 40.7 % median against 38.8 % with the engine's
     fit alone (TPOT 15.6 against 15.8 %): six constants fitted on a GPU's two to six sweeps
     carried those sweeps' quirks to the one held out (docs/disaggregated.md)."""
     pts = list(points)
-    engines = sorted({p.engine for p in pts})
-    return {engine: fit_disagg(pts, engine, **options) for engine in engines}
+    builds = sorted({point_build(p) for p in pts})
+    return {build: fit_disagg(pts, build, **options) for build in builds}
 
 
 def fit_disagg(
     points: Sequence[DisaggPoint],
-    engine: str,
+    build: str,
     max_nfev: int = 40,
 ) -> DisaggFit:
-    """Least squares on ``w_m * log(predicted / measured)`` (each metric weighs the same) plus
+    """The constants of engine build ``build`` (``engine_build``: "sglang", "sglang-rocm")
+    fitted on its points.
+
+    Least squares on ``w_m * log(predicted / measured)`` (each metric weighs the same) plus
     a weak prior ``(log theta - log theta0) / (log 4 * sqrt(N))`` per constant, in log theta
     inside ``DISAGG_BOUNDS`` (the recipe of sizing.calibrate), under a Cauchy loss
     (``DISAGG_LOSS``). Only the ``DISAGG_METRICS`` points are fitted; a throughput point is
     scored, never fitted."""
     from scipy.optimize import least_squares
 
-    pts = [p for p in points if p.engine == engine and p.metric in DISAGG_METRICS]
+    pts = [p for p in points if point_build(p) == build and p.metric in DISAGG_METRICS]
     names = DISAGG_CONSTANTS
     prior = np.log([DISAGG_PRIOR[k] for k in names])
     lo = np.log([DISAGG_BOUNDS[k][0] for k in names])
@@ -1592,30 +1625,30 @@ def fit_disagg(
     sigma = math.log(4.0) * math.sqrt(max(len(pts), 1))
 
     def residuals(theta: np.ndarray) -> np.ndarray:
-        fit = DisaggFit(engine, dict(zip(names, np.exp(theta), strict=True)))
-        predicted = predict_points(pts, {engine: fit})
+        fit = DisaggFit(build, dict(zip(names, np.exp(theta), strict=True)))
+        predicted = predict_points(pts, {build: fit})
         r = weight * np.log(np.where(np.isfinite(predicted), predicted, 1e6 * measured) / measured)
         return np.concatenate([r, (theta - prior) / sigma])
 
     if not pts:
-        return DisaggFit(engine, dict(DISAGG_PRIOR))
+        return DisaggFit(build, dict(DISAGG_PRIOR))
     result = least_squares(
         residuals, prior, bounds=(lo, hi), loss=DISAGG_LOSS, f_scale=DISAGG_LOSS_SCALE,
         max_nfev=max_nfev, diff_step=1e-2,
     )  # fmt: skip
-    return DisaggFit(engine, dict(zip(names, np.exp(result.x).tolist(), strict=True)), len(pts))
+    return DisaggFit(build, dict(zip(names, np.exp(result.x).tolist(), strict=True)), len(pts))
 
 
 def cross_validate(points: Sequence[DisaggPoint], **options) -> np.ndarray:
     """Out-of-sample prediction of every point: its group (a whole sweep) held out, its
-    engine family fitted on the rest (as ``fit_all``)."""
+    engine build fitted on the rest (as ``fit_all``)."""
     pts = list(points)
     predicted = np.full(len(pts), np.nan)
     for group in sorted({p.group for p in pts}):
         held = [i for i, p in enumerate(pts) if p.group == group]
         train = [p for p in pts if p.group != group]
-        engines = {pts[i].engine for i in held}
-        fits = {engine: fit_disagg(train, engine, **options) for engine in engines}
+        builds = {point_build(pts[i]) for i in held}
+        fits = {build: fit_disagg(train, build, **options) for build in builds}
         predicted[held] = predict_points([pts[i] for i in held], fits)
     return predicted
 

@@ -72,6 +72,10 @@ class GpuSpec:
     #: One-way bandwidth per GPU off the scale-up domain (a 400 Gb/s NIC per GPU is 50 GB/s);
     #: used for pipeline hops and expert all-to-alls that leave the NVLink/xGMI domain.
     scale_out_gb_s: float = 50.0
+    #: Who makes it ("NVIDIA", "AMD"; blank: not said). An engine runs another kernel stack
+    #: on each vendor's GPUs (CUDA or ROCm builds), and its disaggregated fit follows that
+    #: build (``sizing.disagg.engine_build``).
+    vendor: str = ""
 
 
 @dataclass(frozen=True)

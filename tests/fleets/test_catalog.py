@@ -196,3 +196,5 @@ def test_gb300_and_every_nic_bandwidth_carry_their_sources():
         assert row.nic_gb_s and row.nic_gb_s > 0, row.slug
         assert "http" in row.nic_source or "docs.nvidia.com" in row.nic_source, row.slug
         assert gpu_spec(row).scale_out_gb_s == row.nic_gb_s
+        # and its vendor, which picks the engine build a disaggregated fit belongs to
+        assert gpu_spec(row).vendor == row.vendor in ("NVIDIA", "AMD"), row.slug

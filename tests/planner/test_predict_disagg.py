@@ -165,7 +165,7 @@ def test_a_closed_loop_row_waits_by_the_wave_factor_its_calibration_used(catalog
     parsed = parse_row(dict(zip(HEADER.strip().split(","), cells.split(","), strict=True)),
                        catalog_resolver())  # fmt: skip
     base = profile_for()(parsed)[0]
-    fit = fit_for(disagg_fits(), parsed.engine, parsed.gpu.name)
+    fit = fit_for(disagg_fits(), parsed.engine, parsed.gpu.name, parsed.gpu.vendor)
     pools = {name: {k: getattr(getattr(parsed.disagg, name), k) for k in POOL_FIELDS}
              for name in ("prefill", "decode")}  # fmt: skip
     args = dict(models=parsed.model, gpus=parsed.gpu, weight_precision="fp8", kv_precision=None,

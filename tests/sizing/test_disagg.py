@@ -345,6 +345,37 @@ def test_a_fit_scales_the_aggregated_profile_and_falls_back_by_key():
     assert isinstance(fits["trtllm"], DisaggFit) and fits["trtllm"].points == 10
 
 
+def test_an_engine_on_amd_gpus_is_fitted_as_its_rocm_build():
+    import dataclasses
+
+    from sizing.disagg import DisaggFit, DisaggPoint, engine_build, fit_all, fit_for
+
+    # given the same SGLang deployment measured on an NVIDIA GPU and on an AMD one
+    assert engine_build("sglang", "AMD") == "sglang-rocm"
+    assert engine_build("sglang", "NVIDIA") == engine_build("sglang", "") == "sglang"
+    amd = dataclasses.replace(H100, name="MI-test", vendor="AMD")
+
+    def point(gpu, metric, value):
+        return DisaggPoint(model=LLAMA_70B, gpu=gpu, prefill={**TP4, "workers": 2},
+                           decode=TP4, weight_precision="bf16", kv_precision="", isl=2000.0,
+                           osl=500.0, concurrency=64.0, engine="sglang", metric=metric,
+                           value=value, group=gpu.name)  # fmt: skip
+
+    points = [point(gpu, m, v) for gpu in (H100, amd)
+              for m, v in (("ttft_ms", 400.0), ("tpot_ms", 40.0))]  # fmt: skip
+    # when the builds are fitted, each has its own constants from its own points only
+    fits = fit_all(points, max_nfev=5)
+    assert sorted(fits) == ["sglang", "sglang-rocm"]
+    assert fits["sglang"].points == fits["sglang-rocm"].points == 2
+    # then a prediction takes its vendor's build, an AMD GPU without one the CUDA build's,
+    # and a GPU's own fit wins over both
+    assert fit_for(fits, "sglang", "MI-test", "AMD") is fits["sglang-rocm"]
+    assert fit_for(fits, "sglang", "H100 SXM", "NVIDIA") is fits["sglang"]
+    assert fit_for({"sglang": fits["sglang"]}, "sglang", "MI-test", "AMD") is fits["sglang"]
+    own = DisaggFit("sglang/MI-test", dict(fits["sglang"].values), 1)
+    assert fit_for(fits | {"sglang/MI-test": own}, "sglang", "MI-test", "AMD") is own
+
+
 def test_a_throughput_point_is_scored_per_decode_gpu_and_never_fitted():
     from sizing.disagg import UNFITTED, DisaggPoint, fit_disagg, predict_points
 
@@ -445,19 +476,23 @@ def test_the_report_shows_which_way_ttft_leans_by_clients():
     report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(report)
 
-    def point(engine, clients, value, metric="ttft_ms"):
-        return SimpleNamespace(engine=engine, concurrency=clients, value=value, metric=metric)
+    def point(engine, clients, value, metric="ttft_ms", vendor="NVIDIA"):
+        return SimpleNamespace(engine=engine, concurrency=clients, value=value, metric=metric,
+                               gpu=SimpleNamespace(vendor=vendor))  # fmt: skip
 
     # given SGLang TTFTs predicted 1.5x and 1.3x at 4 clients, 0.8x at 32, a misfit at 32
-    # and a TPOT point, and one TensorRT-LLM TTFT at 1,024 clients predicted 0.5x
+    # and a TPOT point, one TensorRT-LLM TTFT at 1,024 clients predicted 0.5x, and one
+    # SGLang TTFT on an AMD GPU predicted 2x
     points = [point("sglang", 4, 200.0), point("sglang", 4, 100.0), point("sglang", 32, 500.0),
               point("sglang", 32, 300.0), point("sglang", 4, 10.0, "tpot_ms"),
-              point("trtllm", 1024, 8000.0)]  # fmt: skip
-    predicted = np.array([300.0, 130.0, 400.0, np.nan, 50.0, 4000.0])
-    # when the table is drawn, then each bucket shows its median ratio and APE, TTFT only
+              point("trtllm", 1024, 8000.0), point("sglang", 2, 100.0, vendor="AMD")]  # fmt: skip
+    predicted = np.array([300.0, 130.0, 400.0, np.nan, 50.0, 4000.0, 200.0])
+    # when the table is drawn, then each bucket of each engine build shows its median ratio
+    # and APE, TTFT only
     assert report.ttft_bias_by_clients(predicted, points)[2:] == [
         "| sglang | 1-5 | 2 | x1.40 | 40.0 |",
         "| sglang | 16-64 | 1 | x0.80 | 20.0 |",
+        "| sglang-rocm | 1-5 | 1 | x2.00 | 100.0 |",
         "| trtllm | >= 513 | 1 | x0.50 | 50.0 |",
     ]
 
