@@ -534,7 +534,7 @@ def _predict_disagg(parsed: list, good: list[int], calibration_for) -> dict[int,
     bases = [calibration_for(r) for r in rows]
     profiles = []
     for (base, label), fit, row in zip(bases, fits, rows, strict=True):
-        suffix = " + disagg fit" if fit is not UNFITTED else ""
+        suffix = f" + disagg fit {fit.engine}" if fit is not UNFITTED else ""
         recipe = f" + {row.launch.label()}" if row.launch else ""
         profiles.append((fit.calibrate(base), label + suffix + recipe))
     engines = [r.pool_engines() for r in rows]

@@ -50,6 +50,25 @@ def test_disagg_rows_add_the_pool_columns_and_agg_rows_are_unchanged(catalog, tm
     assert float(d["tpot_ms"]) < float(rows[0]["tpot_ms"])
 
 
+def test_an_amd_row_takes_its_engines_rocm_build_fit(catalog, tmp_path):
+    from fleets.calibration import disagg_fits
+    from sizing.disagg import fit_for
+
+    # given the same SGLang deployment of DeepSeek-R1 on an AMD and on an NVIDIA GPU
+    body = "".join(
+        f"DeepSeek-R1-0528,{gpu},,,,,fp8,,8192,1024,1,sglang,disagg,1,8,1,8,1,1,8,1,8,1\n"
+        for gpu in ("MI355X", "B200")
+    )
+    # when both are predicted
+    amd, nvidia = predict(tmp_path, body)
+    # then each names the engine build whose constants it took: the ROCm build's on AMD
+    assert amd["fits"] == nvidia["fits"] == "true", (amd["reason"], nvidia["reason"])
+    assert amd["profile"].endswith(" + disagg fit sglang-rocm"), amd["profile"]
+    assert nvidia["profile"].endswith(" + disagg fit sglang"), nvidia["profile"]
+    fits = disagg_fits()
+    assert fit_for(fits, "sglang", "MI355X", "AMD").values != fits["sglang"].values
+
+
 @pytest.mark.parametrize(
     ("cells", "fragment"),
     [
