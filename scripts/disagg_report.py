@@ -314,17 +314,17 @@ def ttft_bias_by_clients(predicted: np.ndarray, points) -> list[str]:
         "| engine build | clients | points | median predicted / measured | median APE % |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for engine in sorted({point_build(p) for p in points}):
+    for build in sorted({point_build(p) for p in points}):
         for low, high in CLIENT_BUCKETS:
             pairs = [(v, p.value) for v, p in zip(predicted, points, strict=True)
-                     if p.metric == "ttft_ms" and point_build(p) == engine
+                     if p.metric == "ttft_ms" and point_build(p) == build
                      and low <= p.concurrency <= high and np.isfinite(v)]  # fmt: skip
             if not pairs:
                 continue
             ratio = np.array([v / m for v, m in pairs])
             label = f"{low}-{high:g}" if math.isfinite(high) else f">= {low}"
             lines.append(
-                f"| {engine} | {label} | {len(pairs)} | x{np.median(ratio):.2f} | "
+                f"| {build} | {label} | {len(pairs)} | x{np.median(ratio):.2f} | "
                 f"{np.median(np.abs(ratio - 1.0)) * 100:.1f} |"
             )
     return lines
