@@ -1469,8 +1469,10 @@ class DisaggFit:
             frontend_latency_s=v["frontend_latency_s"],
             # a fit stored before this constant existed ran without the hand-off
             first_token_decode_steps=v.get("first_token_steps", 0.0),
-            # the prior (no disaggregated rows for this engine) says so, not "fit"
-            name=f"{base.name} + disagg {'fit' if self.points else 'prior (unfitted)'}",
+            # the prior (no disaggregated rows for this engine) says so, not "fit"; a fit
+            # names its engine build ("sglang-rocm")
+            name=f"{base.name} + disagg "
+            + (f"fit {self.engine}" if self.points else "prior (unfitted)"),
         )
 
 

@@ -342,6 +342,9 @@ def test_a_fit_scales_the_aggregated_profile_and_falls_back_by_key():
     # 0.8 x 0.5, 0.004 x 2, min(0.4 x 4, 1): efficiencies stay physical
     assert (cal.eta_mem, cal.step_overhead_s, cal.eta_flop_prefill) == (0.4, 0.008, 1.0)
     assert cal.frontend_latency_s == 0.1 and fits["trtllm"].wait_scale == 3.0
+    # and the profile names the fit (its engine build) or says it is the prior
+    assert cal.name.endswith(" + disagg fit trtllm")
+    assert UNFITTED.calibrate(base).name.endswith(" + disagg prior (unfitted)")
     assert isinstance(fits["trtllm"], DisaggFit) and fits["trtllm"].points == 10
 
 
