@@ -1532,11 +1532,6 @@ def recipe_value(
     return found.pop() if len(found) == 1 else 0
 
 
-#: InferenceX draws each request's lengths in [0.8, 1] x nominal (``--random-range-ratio 0.8``),
-#: so a row may state a recipe's lengths as nominal or as their drawn mean, 0.9 x nominal
-DRAWN_MEAN_OF_NOMINAL = 0.9
-
-
 @dataclass(frozen=True)
 class LaunchSettings:
     """What a published launch recipe set for a disaggregated deployment, per attention-DP
@@ -1566,10 +1561,14 @@ def _shipped_recipe_values() -> tuple[dict, dict]:
 
 def _nominal_lengths(tokens: float) -> list[int]:
     """The recipe lengths ``tokens`` may state: itself, or a nominal length whose drawn mean
-    (``DRAWN_MEAN_OF_NOMINAL`` x nominal) it is to the token, for ``recipe_value`` to look
-    up. Example: 922 states 922, 1,024 or 1,025 (the recipes run 1,024)."""
-    low = math.ceil((tokens - 1.0) / DRAWN_MEAN_OF_NOMINAL)
-    high = math.floor((tokens + 1.0) / DRAWN_MEAN_OF_NOMINAL)
+    (``sizing.calibrate.DRAWN_LENGTH_FACTOR`` x nominal: InferenceX draws lengths in [0.8, 1]
+    x nominal) it is to the token, for ``recipe_value`` to look up. Example: 922 states 922,
+    1,024 or 1,025 (the recipes run 1,024)."""
+    # the calibration's own factor (imported here: sizing.calibrate loads scipy, ~0.9 s)
+    from sizing.calibrate import DRAWN_LENGTH_FACTOR
+
+    low = math.ceil((tokens - 1.0) / DRAWN_LENGTH_FACTOR)
+    high = math.floor((tokens + 1.0) / DRAWN_LENGTH_FACTOR)
     drawn = range(low, high + 1)
     return [int(tokens), *drawn] if tokens == int(tokens) else list(drawn)
 
